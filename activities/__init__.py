@@ -1,0 +1,1 @@
+"""Everything that touches the world: the model, the tools, the transcript store."""

@@ -1,0 +1,161 @@
+"""The model activity: one call to Anthropic's Messages API.
+
+`AsyncAnthropic(max_retries=0)`: Temporal owns retries, and `errors.classify` decides
+which failures it retries. The API key is read here, in the worker process, from the
+environment (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`); it never enters a workflow input.
+The transcript arrives by reference and is read from the transcript store. Text is
+streamed; when a call runs long enough for a person to be waiting, its text deltas are
+published to the session's event stream, tagged with the attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from typing import Any
+
+import anthropic
+from temporalio import activity
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.exceptions import ApplicationError
+
+from activities.data import data_dir
+from activities.errors import TRANSCRIPT_MISSING, classify
+from activities.transcript import TranscriptMissing, TranscriptStore
+from activities.types import Message, ModelReply, ModelRequest, Usage
+
+HEARTBEAT_EVERY_S = 1.0
+# A call shorter than this publishes no deltas: the finished turn is published anyway,
+# and every publish is a signal, which is one more workflow task.
+STREAM_DELTAS_AFTER_S = 0.5
+DELTA_TOPIC = "delta"
+CACHE = {"type": "ephemeral"}
+
+
+def build_params(request: ModelRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Messages API request, with cache breakpoints on tools, system and history."""
+    tools = [spec.for_model() for spec in request.tools]
+    if tools:
+        tools[-1] = {**tools[-1], "cache_control": CACHE}
+    params: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": _with_history_breakpoint(messages),
+    }
+    if request.system:
+        params["system"] = [{"type": "text", "text": request.system, "cache_control": CACHE}]
+    if tools:
+        params["tools"] = tools
+    return params
+
+
+def _with_history_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not messages or not messages[-1]["content"]:
+        return messages
+    last = messages[-1]
+    blocks = list(last["content"])
+    blocks[-1] = {**blocks[-1], "cache_control": CACHE}
+    return [*messages[:-1], {**last, "content": blocks}]
+
+
+class ModelActivities:
+    def __init__(self, store: TranscriptStore | None = None, client: anthropic.AsyncAnthropic | None = None):
+        self._store = store or TranscriptStore(data_dir() / "transcripts")
+        self._client = client
+
+    def _anthropic(self) -> anthropic.AsyncAnthropic:
+        if self._client is None:
+            self._client = anthropic.AsyncAnthropic(max_retries=0, timeout=httpx_timeout())
+        return self._client
+
+    @activity.defn(name="call_model")
+    async def call_model(self, request: ModelRequest) -> ModelReply:
+        """Call the model with the session's transcript plus the new messages."""
+        try:
+            base = self._store.load(request.transcript_ref)
+        except TranscriptMissing as err:
+            raise ApplicationError(str(err), type=TRANSCRIPT_MISSING, non_retryable=True) from err
+        new = [m.model_dump(mode="json", exclude_none=True) for m in request.new_messages]
+        messages = base + new
+        ref = self._store.extend(request.transcript_ref, new, messages)
+        params = build_params(request, messages)
+        attempt = activity.info().attempt
+        started = time.monotonic()
+        beat = asyncio.create_task(_heartbeat_forever())
+        try:
+            if request.stream:
+                final = await self._stream(params, request, attempt, started)
+            else:
+                final = await self._anthropic().messages.create(
+                    **params, extra_headers=_session_headers(request)
+                )
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            raise classify(err) from err
+        finally:
+            beat.cancel()
+        latency_ms = int((time.monotonic() - started) * 1000)
+        message = Message.model_validate(
+            {"role": "assistant", "content": [b.model_dump(mode="json", exclude_none=True) for b in final.content]}
+        )
+        dumped = message.model_dump(mode="json", exclude_none=True)
+        ref = self._store.extend(ref, [dumped], messages + [dumped])
+        return ModelReply(
+            message=message,
+            stop_reason=final.stop_reason,
+            usage=_usage(final.usage),
+            model=final.model,
+            transcript_ref=ref,
+            latency_ms=latency_ms,
+            attempt=attempt,
+        )
+
+    async def _stream(self, params: dict[str, Any], request: ModelRequest, attempt: int, started: float):
+        publisher: WorkflowStreamClient | None = None
+        backlog: list[str] = []
+        try:
+            async with self._anthropic().messages.stream(
+                **params, extra_headers=_session_headers(request)
+            ) as stream:
+                async for text in stream.text_stream:
+                    backlog.append(text)
+                    if publisher is None and time.monotonic() - started >= STREAM_DELTAS_AFTER_S:
+                        publisher = WorkflowStreamClient.from_within_activity(
+                            batch_interval=timedelta(milliseconds=300)
+                        )
+                        await publisher.__aenter__()
+                    if publisher is not None:
+                        publisher.topic(DELTA_TOPIC).publish(
+                            {"step": request.step, "attempt": attempt, "text": "".join(backlog)}
+                        )
+                        backlog.clear()
+                return await stream.get_final_message()
+        finally:
+            if publisher is not None:
+                await publisher.__aexit__(None, None, None)
+
+
+def httpx_timeout() -> float:
+    return 110.0
+
+
+def _session_headers(request: ModelRequest) -> dict[str, str]:
+    # Lets a local test server script turns per session; the real API ignores them.
+    return {"x-agent-session": request.session_id, "x-agent-step": str(request.step)}
+
+
+def _usage(usage: Any) -> Usage:
+    return Usage(
+        input_tokens=usage.input_tokens or 0,
+        output_tokens=usage.output_tokens or 0,
+        cache_creation_input_tokens=getattr(usage, "cache_creation_input_tokens", None) or 0,
+        cache_read_input_tokens=getattr(usage, "cache_read_input_tokens", None) or 0,
+    )
+
+
+async def _heartbeat_forever() -> None:
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(HEARTBEAT_EVERY_S)

@@ -1,0 +1,212 @@
+"""Typed tools: declared once as a Python function, run as Temporal activities.
+
+A tool is a function whose parameters are pydantic-typed and whose docstring the model
+reads. `@tool(...)` turns it into a `Tool` with a generated JSON Schema and a policy.
+`ToolActivities(tools)` exposes the activities a worker registers: `describe_tools`,
+`check_tool_input` and `run_tool`. Bad input, unknown tools and exceptions come back as
+`is_error` outcomes the model can react to; only infrastructure failures raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import time
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from temporalio import activity
+
+from activities.types import ToolOutcome, ToolPolicy, ToolRequest, ToolSpec
+
+HEARTBEAT_EVERY_S = 1.0
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool knows of the session it runs for. The user comes from the session, never the model."""
+
+    session_id: str
+    user_id: str
+    tool_use_id: str
+    idempotency_key: str
+
+    def heartbeat(self, *details: Any) -> None:
+        """Report progress; also how a long tool learns that it was cancelled."""
+        with contextlib.suppress(RuntimeError):  # outside an activity (direct calls in tests)
+            activity.heartbeat(*details)
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class Tool:
+    func: Callable[..., Any]
+    spec: ToolSpec
+    args_model: type[BaseModel]
+    wants_context: bool
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def parse(self, raw: dict[str, Any]) -> BaseModel:
+        return self.args_model.model_validate(raw)
+
+    async def call(self, args: BaseModel, ctx: ToolContext) -> Any:
+        kwargs = {name: getattr(args, name) for name in type(args).model_fields}
+        if self.wants_context:
+            kwargs["ctx"] = ctx
+        if inspect.iscoroutinefunction(self.func):
+            return await self.func(**kwargs)
+        return await asyncio.to_thread(self.func, **kwargs)
+
+
+def tool(
+    *,
+    policy: ToolPolicy = "idempotent",
+    requires_approval: bool = False,
+    name: str | None = None,
+) -> Callable[[Callable[..., Any]], Tool]:
+    """Declare a tool. Parameters become its JSON Schema; the docstring its description."""
+
+    def wrap(func: Callable[..., Any]) -> Tool:
+        tool_name = name or func.__name__
+        signature = inspect.signature(func)
+        hints = typing.get_type_hints(func, include_extras=True)
+        fields: dict[str, Any] = {}
+        wants_context = False
+        for param in signature.parameters.values():
+            if param.name == "ctx":
+                wants_context = True
+                continue
+            if param.name not in hints:
+                raise TypeError(f"tool {tool_name}: parameter {param.name!r} needs a type")
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[param.name] = (hints[param.name], default)
+        args_model = create_model(f"{tool_name}_input", __base__=_Args, **fields)
+        schema = args_model.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+        description = inspect.cleandoc(func.__doc__ or "").strip()
+        if not description:
+            raise TypeError(f"tool {tool_name}: the docstring is what the model reads; write one")
+        spec = ToolSpec(
+            name=tool_name,
+            description=description,
+            input_schema=schema,
+            policy=policy,
+            requires_approval=requires_approval,
+        )
+        return Tool(func=func, spec=spec, args_model=args_model, wants_context=wants_context)
+
+    return wrap
+
+
+def describe_validation_error(tool_name: str, err: ValidationError) -> str:
+    problems = []
+    for issue in err.errors():
+        where = ".".join(str(p) for p in issue["loc"]) or "input"
+        problems.append(f"{where}: {issue['msg']}")
+    return f"invalid input for {tool_name}: " + "; ".join(problems)
+
+
+def render_output(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return f"[binary output, {len(value)} bytes, not shown]"
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def truncate(text: str, limit: int) -> tuple[str, int]:
+    if len(text) <= limit:
+        return text, 0
+    cut = len(text) - limit
+    return f"{text[:limit]}\n[truncated {cut} of {len(text)} characters; narrow the request]", cut
+
+
+class ToolActivities:
+    """The activities that run a worker's tools."""
+
+    def __init__(self, tools: Sequence[Tool]):
+        self._tools = {t.name: t for t in tools}
+        if len(self._tools) != len(tools):
+            raise ValueError("two tools share a name")
+
+    def specs(self) -> list[ToolSpec]:
+        return [t.spec for t in self._tools.values()]
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self.describe_tools, self.check_tool_input, self.run_tool]
+
+    @activity.defn(name="describe_tools")
+    async def describe_tools(self) -> list[ToolSpec]:
+        """The tools this worker runs, as the workflow and the model see them."""
+        return self.specs()
+
+    @activity.defn(name="check_tool_input")
+    async def check_tool_input(self, request: ToolRequest) -> str | None:
+        """Validate a call's input without running it; the error message, or None."""
+        found = self._tools.get(request.name)
+        if found is None:
+            return self._unknown(request.name)
+        try:
+            found.parse(request.input)
+        except ValidationError as err:
+            return describe_validation_error(found.name, err)
+        return None
+
+    @activity.defn(name="run_tool")
+    async def run_tool(self, request: ToolRequest) -> ToolOutcome:
+        """Run one tool call; its errors become an is_error outcome."""
+        started = time.monotonic()
+        found = self._tools.get(request.name)
+        if found is None:
+            return ToolOutcome(content=self._unknown(request.name), is_error=True)
+        try:
+            args = found.parse(request.input)
+        except ValidationError as err:
+            return ToolOutcome(content=describe_validation_error(found.name, err), is_error=True)
+        ctx = ToolContext(
+            session_id=request.session_id,
+            user_id=request.user_id,
+            tool_use_id=request.tool_use_id,
+            idempotency_key=f"{request.session_id}:{request.tool_use_id}",
+        )
+        beat = asyncio.create_task(_heartbeat_forever(ctx))
+        try:
+            value = await found.call(args, ctx)
+            content, is_error = render_output(value), False
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # a tool's failure is the model's to handle
+            content, is_error = f"{type(err).__name__}: {err}", True
+        finally:
+            beat.cancel()
+        content, cut = truncate(content, request.max_output)
+        return ToolOutcome(
+            content=content,
+            is_error=is_error,
+            truncated_chars=cut,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+
+    def _unknown(self, name: str) -> str:
+        return f"unknown tool {name!r}; available tools: {', '.join(sorted(self._tools))}"
+
+
+async def _heartbeat_forever(ctx: ToolContext) -> None:
+    while True:
+        ctx.heartbeat()
+        await asyncio.sleep(HEARTBEAT_EVERY_S)

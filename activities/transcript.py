@@ -1,0 +1,72 @@
+"""A content-addressed store of session transcripts, so history never re-records them.
+
+A transcript is a chain of segments: each segment names its parent and holds the
+messages added since. Its reference is the SHA-256 of both, so a reference always means
+the same messages, whichever worker wrote it. The embedded store is a folder under the
+data directory, shared by the workers of one machine. The workflow keeps every message
+it has seen, so a missing segment is never fatal: the model activity reports it and the
+workflow sends the whole transcript once instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+
+class TranscriptMissing(LookupError):
+    pass
+
+
+class TranscriptStore:
+    def __init__(self, root: Path, cache_size: int = 256):
+        self._root = root
+        self._cache: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        self._cache_size = cache_size
+
+    def _path(self, ref: str) -> Path:
+        return self._root / ref[:2] / f"{ref}.json"
+
+    def load(self, ref: str | None) -> list[dict[str, Any]]:
+        """All messages of the transcript `ref`, oldest first."""
+        segments: list[list[dict[str, Any]]] = []
+        base: list[dict[str, Any]] = []
+        while ref is not None:
+            if ref in self._cache:
+                base = self._cache[ref]
+                self._cache.move_to_end(ref)
+                break
+            try:
+                segment = json.loads(self._path(ref).read_text())
+            except (FileNotFoundError, json.JSONDecodeError) as err:
+                raise TranscriptMissing(f"transcript segment {ref} is not in {self._root}") from err
+            segments.append(segment["messages"])
+            ref = segment["parent"]
+        messages = list(base)
+        for segment in reversed(segments):
+            messages.extend(segment)
+        return messages
+
+    def extend(self, parent: str | None, messages: list[dict[str, Any]], full: list[dict[str, Any]]) -> str:
+        """Store `messages` after `parent`; `full` is the whole resulting transcript, for the cache."""
+        if not messages and parent is not None:
+            return parent
+        body = json.dumps({"parent": parent, "messages": messages}, sort_keys=True, ensure_ascii=False)
+        ref = hashlib.sha256(body.encode()).hexdigest()
+        path = self._path(ref)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(body)
+            os.replace(tmp, path)
+        self._cache[ref] = full
+        self._cache.move_to_end(ref)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return ref

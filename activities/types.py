@@ -1,0 +1,149 @@
+"""Wire types shared by the workflow and the activities.
+
+Everything here crosses into Temporal history, so it is plain pydantic: Anthropic
+content blocks as the Messages API spells them, the model request and reply, the tool
+request and outcome. SDK classes (anthropic's) never appear here; the model activity
+converts at the edge.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+
+class TextBlock(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolUseBlock(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResultBlock(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    content: str | list[dict[str, Any]] = ""
+    is_error: bool = False
+
+
+class OtherBlock(BaseModel):
+    """Any block this loop does not act on (thinking, server tools, new types): kept as sent."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+
+
+def _block_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in ("text", "tool_use", "tool_result") else "other"
+
+
+ContentBlock = Annotated[
+    Union[
+        Annotated[TextBlock, Tag("text")],
+        Annotated[ToolUseBlock, Tag("tool_use")],
+        Annotated[ToolResultBlock, Tag("tool_result")],
+        Annotated[OtherBlock, Tag("other")],
+    ],
+    Discriminator(_block_kind),
+]
+
+
+class Message(BaseModel):
+    role: Literal["user", "assistant"]
+    content: list[ContentBlock]
+
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    def total(self) -> int:
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_creation_input_tokens
+            + self.cache_read_input_tokens
+        )
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_creation_input_tokens=self.cache_creation_input_tokens
+            + other.cache_creation_input_tokens,
+            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+        )
+
+
+ToolPolicy = Literal["read_only", "idempotent", "at_most_once"]
+
+
+class ToolSpec(BaseModel):
+    """What the workflow knows of a tool: what the model sees, and how it may be run."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    policy: ToolPolicy = "idempotent"
+    requires_approval: bool = False
+
+    def for_model(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+
+
+class ModelRequest(BaseModel):
+    """One model call. The transcript travels by reference; only new messages are inline."""
+
+    session_id: str
+    step: int
+    model: str
+    system: str
+    max_tokens: int
+    tools: list[ToolSpec]
+    transcript_ref: str | None = None
+    new_messages: list[Message]
+    stream: bool = True
+
+
+class ModelReply(BaseModel):
+    message: Message
+    stop_reason: str | None
+    usage: Usage
+    model: str
+    transcript_ref: str
+    latency_ms: int
+    attempt: int = 1
+
+
+class ToolRequest(BaseModel):
+    session_id: str
+    user_id: str
+    tool_use_id: str
+    name: str
+    input: dict[str, Any]
+    max_output: int
+
+
+class ToolOutcome(BaseModel):
+    content: str
+    is_error: bool = False
+    truncated_chars: int = 0
+    duration_ms: int = 0

@@ -1,0 +1,47 @@
+"""The Temporal connection, from Temporal's own environment configuration.
+
+`TEMPORAL_ADDRESS`, `TEMPORAL_NAMESPACE`, `TEMPORAL_API_KEY`, TLS settings and profiles
+(`TEMPORAL_PROFILE`, `TEMPORAL_CONFIG_FILE`) work as in every Temporal tool; the default
+is a local server at localhost:7233. `TEMPORAL_TASK_QUEUE` names the task queue.
+"""
+
+from __future__ import annotations
+
+import os
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfigProfile
+
+DEFAULT_ADDRESS = "localhost:7233"
+
+
+class Unreachable(RuntimeError):
+    """Temporal could not be reached."""
+
+
+def task_queue() -> str:
+    return os.environ.get("TEMPORAL_TASK_QUEUE", "agent-loop")
+
+
+def connect_config() -> dict:
+    profile = ClientConfigProfile.load()
+    config = dict(profile.to_client_connect_config())
+    config.setdefault("target_host", DEFAULT_ADDRESS)
+    if not config.get("target_host"):
+        config["target_host"] = DEFAULT_ADDRESS
+    config.setdefault("namespace", "default")
+    return config
+
+
+def address() -> str:
+    return connect_config()["target_host"]
+
+
+async def connect(**overrides) -> Client:
+    """Connect with the environment's configuration and the pydantic data converter."""
+    config = {**connect_config(), **overrides}
+    try:
+        return await Client.connect(**config, data_converter=pydantic_data_converter)
+    except RuntimeError as err:
+        raise Unreachable(f"cannot reach Temporal at {config['target_host']}: {err}") from err

@@ -1,0 +1,349 @@
+"""A local stand-in for Anthropic's Messages API, for tests, benchmarks and the keyless demo.
+
+It speaks the real HTTP API (`POST /v1/messages`, JSON or server-sent events when
+`"stream": true`), so the real `anthropic` client runs against it through
+`ANTHROPIC_BASE_URL`. Every text it writes on its own starts with "[fake model]".
+
+Turns are scripted per session (the model activity sends `x-agent-session`), or for
+every session with the session "*". A turn is a JSON object:
+
+    {"text": "...", "tool_calls": [{"name": "get_time", "input": {}}], "stop_reason": "...",
+     "usage": {"input_tokens": 10, "output_tokens": 5}, "delay": 0.5, "chunk_delay": 0.1}
+
+or a fault: {"status": 429, "headers": {"retry-after": "2"}, "message": "..."},
+{"drop": true} (close the connection without an answer), {"cut_stream": true} (stop a
+stream before message_stop), {"raw": "not json"}, or {"content": [...raw blocks...]}.
+A session whose script has run out gets a 400 error naming the session: a test that
+asks for more turns than it scripted fails loudly. With no script at all, a small demo
+planner answers (look up the time, save a note, ask to send an email, then answer).
+
+Control endpoints, for tests: `POST /_script {"session", "turns"}`, `GET /_requests`,
+`POST /_reset`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+PREFIX = "[fake model] "
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    409: "conflict_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "api_error",
+    529: "overloaded_error",
+}
+
+
+class Script:
+    """Scripted turns per session, and a log of every request received."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.turns: dict[str, deque[dict[str, Any]]] = {}
+        self.used: dict[str, int] = {}
+        self.requests: list[dict[str, Any]] = []
+
+    def set(self, session: str, turns: list[dict[str, Any]]) -> None:
+        with self.lock:
+            self.turns[session] = deque(turns)
+            self.used[session] = 0
+
+    def next_turn(self, session: str, body: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            key = session if session in self.turns else "*" if "*" in self.turns else None
+            if key is None:
+                return demo_turn(body)
+            queue = self.turns[key]
+            if not queue:
+                return {
+                    "status": 400,
+                    "message": f"fake model: the script for session {session!r} has no turn left "
+                    f"({self.used[key]} used)",
+                }
+            self.used[key] += 1
+            turn = queue.popleft()
+            if turn.get("repeat"):
+                queue.appendleft(turn)
+            return turn
+
+    def log(self, session: str, step: str | None, body: dict[str, Any]) -> None:
+        with self.lock:
+            self.requests.append({"session": session, "step": step, "body": body, "at": time.time()})
+
+
+def demo_turn(body: dict[str, Any]) -> dict[str, Any]:
+    """A deterministic little agent: time, note, email (needs approval), answer."""
+    tools = {t["name"] for t in body.get("tools", [])}
+    results: dict[str, dict[str, Any]] = {}
+    names: dict[str, str] = {}
+    for message in body.get("messages", []):
+        for block in message.get("content", []) if isinstance(message.get("content"), list) else []:
+            if block.get("type") == "tool_use":
+                names[block["id"]] = block["name"]
+            if block.get("type") == "tool_result":
+                results[names.get(block["tool_use_id"], "?")] = block
+    goal = _first_text(body)
+    if "get_time" in tools and "get_time" not in results:
+        return {"text": PREFIX + "I'll look up the time first.", "tool_calls": [{"name": "get_time", "input": {}}]}
+    if "save_note" in tools and "save_note" not in results:
+        return {
+            "text": PREFIX + "Saving a note about the goal.",
+            "tool_calls": [{"name": "save_note", "input": {"title": "Goal", "text": goal[:500]}}],
+        }
+    if "send_email" in tools and "send_email" not in results:
+        return {
+            "text": PREFIX + "Emailing a short summary; this needs your approval.",
+            "tool_calls": [
+                {
+                    "name": "send_email",
+                    "input": {"to": "team@example.com", "subject": "Summary", "body": f"Goal: {goal[:200]}"},
+                }
+            ],
+        }
+    email = results.get("send_email")
+    outcome = ""
+    if email is not None:
+        outcome = "The email was not sent: " + _text_of(email) if email.get("is_error") else "The email went out."
+    when = _text_of(results["get_time"]) if "get_time" in results else "unknown"
+    noted = " I saved a note." if "save_note" in results else ""
+    return {"text": f"{PREFIX}Done. The time was {when}.{noted} {outcome}".rstrip()}
+
+
+def _first_text(body: dict[str, Any]) -> str:
+    for message in body.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        for block in content or []:
+            if block.get("type") == "text":
+                return block["text"]
+    return ""
+
+
+def _text_of(block: dict[str, Any] | None) -> str:
+    if not block:
+        return ""
+    content = block.get("content", "")
+    return content if isinstance(content, str) else " ".join(c.get("text", "") for c in content)
+
+
+def build_message(turn: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    content: list[dict[str, Any]] = list(turn.get("content", []))
+    if not content:
+        if turn.get("text"):
+            content.append({"type": "text", "text": turn["text"]})
+        for call in turn.get("tool_calls", []):
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": call.get("id") or f"toolu_{uuid.uuid4().hex[:20]}",
+                    "name": call["name"],
+                    "input": call.get("input", {}),
+                }
+            )
+    has_tools = any(b.get("type") == "tool_use" for b in content)
+    stop = turn.get("stop_reason") or ("tool_use" if has_tools else "end_turn")
+    usage = {
+        "input_tokens": max(1, len(json.dumps(body.get("messages", []))) // 4),
+        "output_tokens": max(1, len(json.dumps(content)) // 4),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
+    usage.update(turn.get("usage", {}))
+    return {
+        "id": f"msg_fake_{uuid.uuid4().hex[:16]}",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model", "fake-model"),
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: FakeModelHTTPServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("request-id", f"req_fake_{uuid.uuid4().hex[:12]}")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("content-length") or 0)
+        return json.loads(self.rfile.read(length) or b"{}")
+
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        if url.path == "/_requests":
+            session = parse_qs(url.query).get("session", [None])[0]
+            with self.server.script.lock:
+                found = [r for r in self.server.script.requests if session is None or r["session"] == session]
+            self._json(200, found)
+        else:
+            self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "not found"}})
+
+    def do_POST(self) -> None:
+        url = urlparse(self.path)
+        if url.path == "/_script":
+            body = self._body()
+            self.server.script.set(body["session"], body["turns"])
+            self._json(200, {"ok": True})
+        elif url.path == "/_reset":
+            self.server.script.__init__()
+            self._json(200, {"ok": True})
+        elif url.path == "/v1/messages":
+            self._messages()
+        else:
+            self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "not found"}})
+
+    def _messages(self) -> None:
+        body = self._body()
+        session = self.headers.get("x-agent-session", "")
+        step = self.headers.get("x-agent-step")
+        self.server.script.log(session, step, body)
+        expected_key = self.server.api_key
+        if expected_key and self.headers.get("x-api-key") != expected_key:
+            self._json(401, _error(401, "invalid x-api-key"))
+            return
+        turn = self.server.script.next_turn(session, body)
+        if turn.get("delay"):
+            time.sleep(float(turn["delay"]))
+        if turn.get("drop"):
+            self.close_connection = True
+            self.connection.close()
+            return
+        if "status" in turn:
+            self._json(int(turn["status"]), _error(int(turn["status"]), turn.get("message")), turn.get("headers"))
+            return
+        if "raw" in turn:
+            data = turn["raw"].encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        message = build_message(turn, body)
+        if body.get("stream"):
+            self._stream(message, turn)
+        else:
+            self._json(200, message)
+
+    def _stream(self, message: dict[str, Any], turn: dict[str, Any]) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        chunk_delay = float(turn.get("chunk_delay", 0))
+        start = {**message, "content": [], "stop_reason": None, "usage": {**message["usage"], "output_tokens": 1}}
+        self._event("message_start", {"type": "message_start", "message": start})
+        for index, block in enumerate(message["content"]):
+            if block["type"] == "text":
+                self._event("content_block_start", _block_start(index, {"type": "text", "text": ""}))
+                for piece in _chunks(block["text"]):
+                    self._event("content_block_delta", _delta(index, {"type": "text_delta", "text": piece}))
+                    if chunk_delay:
+                        time.sleep(chunk_delay)
+            elif block["type"] == "tool_use":
+                self._event("content_block_start", _block_start(index, {**block, "input": {}}))
+                self._event(
+                    "content_block_delta",
+                    _delta(index, {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}),
+                )
+            else:
+                self._event("content_block_start", _block_start(index, block))
+            self._event("content_block_stop", {"type": "content_block_stop", "index": index})
+            if turn.get("cut_stream"):
+                self.wfile.flush()
+                return
+        self._event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": message["usage"]["output_tokens"]},
+            },
+        )
+        self._event("message_stop", {"type": "message_stop"})
+
+    def _event(self, name: str, payload: dict[str, Any]) -> None:
+        self.wfile.write(f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode())
+        self.wfile.flush()
+
+
+def _error(status: int, message: str | None) -> dict[str, Any]:
+    kind = ERROR_TYPES.get(status, "api_error")
+    return {"type": "error", "error": {"type": kind, "message": message or f"fake model: {kind}"}}
+
+
+def _block_start(index: int, block: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "content_block_start", "index": index, "content_block": block}
+
+
+def _delta(index: int, delta: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": index, "delta": delta}
+
+
+def _chunks(text: str, size: int = 24) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+class FakeModelHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], api_key: str | None = None):
+        super().__init__(address, Handler)
+        self.script = Script()
+        self.api_key = api_key
+
+
+class FakeModelServer:
+    """The server in a background thread of this process, on 127.0.0.1."""
+
+    def __init__(self, port: int = 0, api_key: str | None = None):
+        self.httpd = FakeModelHTTPServer(("127.0.0.1", port), api_key=api_key)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    @property
+    def script(self) -> Script:
+        return self.httpd.script
+
+    def start(self) -> FakeModelServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

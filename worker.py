@@ -1,0 +1,66 @@
+"""`python worker.py`: run a worker for agent sessions on `TEMPORAL_TASK_QUEUE`.
+
+Connect, build the Worker, run it: nothing else. The model's API key is read by the
+model activity from this process's environment. `--tools module:NAME` runs another
+list of tools (default: the example tools in activities/example_tools.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import sys
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.model import ModelActivities
+from activities.tools import Tool, ToolActivities
+from connection import Unreachable, connect, task_queue
+from workflows.agent import AgentWorkflow
+
+DEFAULT_TOOLS = "activities.example_tools:TOOLS"
+
+
+def load_tools(spec: str) -> list[Tool]:
+    module_name, _, attr = spec.partition(":")
+    return list(getattr(importlib.import_module(module_name), attr or "TOOLS"))
+
+
+def build_worker(client: Client, tools: list[Tool], queue: str | None = None, **options) -> Worker:
+    """The worker with the session workflow, the model activity and the tool activities."""
+    return Worker(
+        client,
+        task_queue=queue or task_queue(),
+        workflows=[AgentWorkflow],
+        activities=[ModelActivities().call_model, *ToolActivities(tools).activities()],
+        # A cancel reaches a heartbeating activity within about two seconds.
+        max_heartbeat_throttle_interval=timedelta(seconds=1),
+        default_heartbeat_throttle_interval=timedelta(seconds=1),
+        **options,
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(prog="python worker.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--tools", default=DEFAULT_TOOLS, help="module:NAME of a list of tools")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        client = await connect()
+    except Unreachable as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
+    worker = build_worker(client, load_tools(args.tools))
+    logging.info("worker on task queue %s", task_queue())
+    await worker.run()
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass

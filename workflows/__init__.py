@@ -1,0 +1,1 @@
+"""The deterministic agent loop and its message handlers."""
