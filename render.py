@@ -148,7 +148,10 @@ class Watcher:
                 self._end_line()
             elif event.get("text"):
                 console.print(f"[bold]step {event['step']}[/] {escape(event['text'])}")
-            console.print(f"[dim]  step {event['step']} · {event['stop_reason']} · {_totals(event['usage'], event.get('cost_usd'))}[/]")
+            console.print(
+                f"[dim]  step {event['step']} · {event['stop_reason']} · so far: "
+                f"{_totals(event['usage'], event.get('cost_usd'))}[/]"
+            )
         elif kind == "tool_call":
             console.print(f"  → {event['name']} {escape(shorten(event['input'], 160))}")
         elif kind == "tool_result":

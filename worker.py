@@ -30,13 +30,19 @@ def load_tools(spec: str) -> list[Tool]:
     return list(getattr(importlib.import_module(module_name), attr or "TOOLS"))
 
 
-def build_worker(client: Client, tools: list[Tool], queue: str | None = None, **options) -> Worker:
+def build_worker(
+    client: Client,
+    tools: list[Tool],
+    queue: str | None = None,
+    model: ModelActivities | None = None,
+    **options,
+) -> Worker:
     """The worker with the session workflow, the model activity and the tool activities."""
     return Worker(
         client,
         task_queue=queue or task_queue(),
         workflows=[AgentWorkflow],
-        activities=[ModelActivities().call_model, *ToolActivities(tools).activities()],
+        activities=[(model or ModelActivities()).call_model, *ToolActivities(tools).activities()],
         # A cancel reaches a heartbeating activity within about two seconds.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
         default_heartbeat_throttle_interval=timedelta(seconds=1),

@@ -19,7 +19,13 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    RetryState,
+    TimeoutError,
+)
 
 with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.workflow_streams import WorkflowStream
@@ -226,6 +232,8 @@ class AgentWorkflow:
         try:
             reply = await self._model_activity(request)
         except ActivityError as err:
+            if _was_cancelled(err):
+                raise asyncio.CancelledError() from err
             if _error_type(err) != TRANSCRIPT_MISSING:
                 raise _Finished("failed", error=_describe_failure(err, "model call")) from err
             # The store lost the transcript: send it whole, once.
@@ -332,8 +340,8 @@ class AgentWorkflow:
             if problem:
                 return self._close_call(call, "error", problem)
             call.status = "waiting_approval"
-            self._publish("approval", tool_use_id=call.tool_use_id, name=call.name, input=call.input)
             self._changed()
+            self._publish("approval", tool_use_id=call.tool_use_id, name=call.name, input=call.input)
             await workflow.wait_condition(
                 lambda: call.status != "waiting_approval",
                 timeout_summary=f"approval wait for {call.name}",
@@ -354,6 +362,9 @@ class AgentWorkflow:
                 summary=f"tool {call.name} {_short(call.input, 60)}",
             )
         except ActivityError as err:
+            if _was_cancelled(err):
+                self._close_call(call, "cancelled", "cancelled before it finished")
+                raise asyncio.CancelledError() from err
             if spec.policy == "at_most_once":
                 text = f"interrupted, not run again ({_describe_failure(err, 'tool call')})"
             else:
@@ -622,6 +633,10 @@ class AgentWorkflow:
             action()
         except ValueError as err:
             workflow.logger.warning("ignored signal: %s", err)
+
+
+def _was_cancelled(err: ActivityError) -> bool:
+    return isinstance(err.cause, CancelledError)
 
 
 def _error_type(err: ActivityError) -> str | None:

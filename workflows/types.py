@@ -18,7 +18,7 @@ CallStatus = Literal[
     "pending", "waiting_approval", "running", "done", "error", "denied", "cancelled", "not_run"
 ]
 
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-4-6"
 DEFAULT_SYSTEM = "You are a careful assistant. Use the tools when they help, then answer briefly."
 
 
