@@ -10,7 +10,6 @@ reads. `@tool(...)` turns it into a `Tool` with a generated JSON Schema and a po
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import json
 import time
@@ -38,7 +37,7 @@ class ToolContext:
 
     def heartbeat(self, *details: Any) -> None:
         """Report progress; also how a long tool learns that it was cancelled."""
-        with contextlib.suppress(RuntimeError):  # outside an activity (direct calls in tests)
+        if activity.in_activity() and not activity.info().is_local:
             activity.heartbeat(*details)
 
 
@@ -73,9 +72,16 @@ def tool(
     *,
     policy: ToolPolicy = "idempotent",
     requires_approval: bool = False,
+    local: bool = False,
     name: str | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]:
-    """Declare a tool. Parameters become its JSON Schema; the docstring its description."""
+    """Declare a tool. Parameters become its JSON Schema; the docstring its description.
+
+    `local=True` runs a short read-only or idempotent tool as a local activity (no extra
+    workflow task); it must finish well within a minute.
+    """
+    if local and (policy == "at_most_once" or requires_approval):
+        raise TypeError("only read-only or idempotent tools without approval can run as local activities")
 
     def wrap(func: Callable[..., Any]) -> Tool:
         tool_name = name or func.__name__
@@ -105,6 +111,7 @@ def tool(
             input_schema=schema,
             policy=policy,
             requires_approval=requires_approval,
+            local=local,
         )
         return Tool(func=func, spec=spec, args_model=args_model, wants_context=wants_context)
 

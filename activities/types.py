@@ -104,6 +104,9 @@ class ToolSpec(BaseModel):
     input_schema: dict[str, Any]
     policy: ToolPolicy = "idempotent"
     requires_approval: bool = False
+    # Short retry-safe tools may run as local activities, in the workflow task that
+    # received the model's response: one workflow task per step instead of two.
+    local: bool = False
 
     def for_model(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "input_schema": self.input_schema}

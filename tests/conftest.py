@@ -140,3 +140,11 @@ def decode_history_payloads(history_json: dict[str, Any]) -> str:
 
 def history_text(history: Any) -> str:
     return decode_history_payloads(json.loads(history.to_json()))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Regenerate docs/reliability.md from the rows this run recorded."""
+    from tests.support import reliability
+
+    if reliability.ROWS:
+        reliability.write_page()

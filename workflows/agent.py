@@ -62,6 +62,7 @@ MODEL_START_TO_CLOSE = timedelta(minutes=2)
 TOOL_START_TO_CLOSE = timedelta(minutes=10)
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 LOCAL_TIMEOUT = timedelta(seconds=30)
+LOCAL_TOOL_TIMEOUT = timedelta(seconds=30)
 REPEAT_NOTE_AT = 3
 
 
@@ -352,15 +353,7 @@ class AgentWorkflow:
         call.status, call.started_at = "running", workflow.now()
         self._changed()
         try:
-            outcome = await workflow.execute_activity(
-                "run_tool",
-                request,
-                result_type=ToolOutcome,
-                start_to_close_timeout=TOOL_START_TO_CLOSE,
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=RUN_ONCE if spec.policy == "at_most_once" else RETRY_IDEMPOTENT_TOOL,
-                summary=f"tool {call.name} {_short(call.input, 60)}",
-            )
+            outcome = await self._tool_activity(spec, request, f"tool {call.name} {_short(call.input, 60)}")
         except ActivityError as err:
             if _was_cancelled(err):
                 self._close_call(call, "cancelled", "cancelled before it finished")
@@ -380,6 +373,26 @@ class AgentWorkflow:
                 f"{call.repeats} times; you are repeating yourself, try a different approach]"
             )
         return self._close_call(call, "error" if outcome.is_error else "done", content, outcome.duration_ms)
+
+    async def _tool_activity(self, spec: ToolSpec, request: ToolRequest, summary: str) -> ToolOutcome:
+        if spec.local and spec.policy != "at_most_once":
+            return await workflow.execute_local_activity(
+                "run_tool",
+                request,
+                result_type=ToolOutcome,
+                start_to_close_timeout=LOCAL_TOOL_TIMEOUT,
+                retry_policy=RETRY_IDEMPOTENT_TOOL,
+                summary=summary,
+            )
+        return await workflow.execute_activity(
+            "run_tool",
+            request,
+            result_type=ToolOutcome,
+            start_to_close_timeout=TOOL_START_TO_CLOSE,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=RUN_ONCE if spec.policy == "at_most_once" else RETRY_IDEMPOTENT_TOOL,
+            summary=summary,
+        )
 
     def _close_call(
         self, call: ToolCallRecord, status: Any, content: str, duration_ms: int | None = None
