@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import os
 
+import dataclasses
+
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter, ExternalStorage
 from temporalio.envconfig import ClientConfigProfile
+
+from activities.data import data_dir
+from activities.payload_store import LocalFileDriver
+
+LARGE_PAYLOAD_BYTES = 256 * 1024
 
 DEFAULT_ADDRESS = "localhost:7233"
 
@@ -38,10 +46,18 @@ def address() -> str:
     return connect_config()["target_host"]
 
 
+def data_converter() -> DataConverter:
+    """Pydantic payloads; those above 256 KB go to external storage, not into history."""
+    storage = ExternalStorage(
+        drivers=[LocalFileDriver(data_dir() / "payloads")], payload_size_threshold=LARGE_PAYLOAD_BYTES
+    )
+    return dataclasses.replace(pydantic_data_converter, external_storage=storage)
+
+
 async def connect(**overrides) -> Client:
-    """Connect with the environment's configuration and the pydantic data converter."""
+    """Connect with the environment's configuration and the project's data converter."""
     config = {**connect_config(), **overrides}
     try:
-        return await Client.connect(**config, data_converter=pydantic_data_converter)
+        return await Client.connect(**config, data_converter=data_converter())
     except RuntimeError as err:
         raise Unreachable(f"cannot reach Temporal at {config['target_host']}: {err}") from err
