@@ -11,6 +11,8 @@ published to the session's event stream, tagged with the attempt.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import time
 from datetime import timedelta
 from typing import Any
@@ -20,8 +22,9 @@ from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
+from activities.context import Fitted, estimate_tokens, fit, summary_request
 from activities.data import data_dir
-from activities.errors import TRANSCRIPT_MISSING, classify
+from activities.errors import IncompleteResponse, PROMPT_TOO_LONG, TRANSCRIPT_MISSING, classify
 from activities.transcript import TranscriptMissing, TranscriptStore
 from activities.types import Message, ModelReply, ModelRequest, Usage
 
@@ -30,6 +33,8 @@ HEARTBEAT_EVERY_S = 1.0
 # and every publish is a signal, which is one more workflow task.
 STREAM_DELTAS_AFTER_S = 0.5
 DELTA_TOPIC = "delta"
+PROMPT_TOO_LONG_REFITS = 3
+COUNT_ABOVE = 0.85  # of the budget: ask the provider to count
 CACHE = {"type": "ephemeral"}
 
 
@@ -79,18 +84,35 @@ class ModelActivities:
         new = [m.model_dump(mode="json", exclude_none=True) for m in request.new_messages]
         messages = base + new
         ref = self._store.extend(request.transcript_ref, new, messages)
-        params = build_params(request, messages)
         attempt = activity.info().attempt
         started = time.monotonic()
         beat = asyncio.create_task(_heartbeat_forever())
+        budget = request.context_tokens - request.max_tokens
+        final = None
+        too_long: ApplicationError | None = None
         try:
-            if request.stream:
-                final = await self._stream(params, request, attempt, started)
+            sent: list[dict[str, Any]] | None = None
+            for _ in range(PROMPT_TOO_LONG_REFITS + 1):
+                fitted = await self._fit(request, messages, budget)
+                if fitted.messages == sent:
+                    break  # nothing more can be left out
+                sent = fitted.messages
+                try:
+                    final = await self._send(build_params(request, sent), request, attempt, started)
+                    break
+                except anthropic.BadRequestError as err:
+                    too_long = classify(err)
+                    if too_long.type != PROMPT_TOO_LONG:
+                        raise
+                    # Answered by compacting, never by sending the same request again.
+                    budget = int(fitted.estimated_tokens * 0.7)
             else:
-                final = await self._anthropic().messages.create(
-                    **params, extra_headers=_session_headers(request)
-                )
+                raise too_long
+            if final is None:
+                raise too_long
         except asyncio.CancelledError:
+            raise
+        except ApplicationError:
             raise
         except Exception as err:
             raise classify(err) from err
@@ -110,7 +132,51 @@ class ModelActivities:
             transcript_ref=ref,
             latency_ms=latency_ms,
             attempt=attempt,
+            context_dropped=len(fitted.dropped),
         )
+
+    async def _send(self, params: dict[str, Any], request: ModelRequest, attempt: int, started: float):
+        if request.stream:
+            return await self._stream(params, request, attempt, started)
+        return await self._anthropic().messages.create(**params, extra_headers=_session_headers(request))
+
+    async def _fit(self, request: ModelRequest, messages: list[dict[str, Any]], budget: int) -> Fitted:
+        """The messages that fit the context window, with a summary of the rest if asked for."""
+        fixed = estimate_tokens(request.system) + estimate_tokens([t.for_model() for t in request.tools])
+        fitted = fit(messages, budget, fixed=fixed)
+        if not fitted.dropped and fitted.estimated_tokens > budget * COUNT_ABOVE:
+            # Close to the limit: ask the provider rather than trust the estimate.
+            counted = await self._count_tokens(request, messages)
+            if counted is not None and counted > budget:
+                fitted = fit(messages, int(budget * fitted.estimated_tokens / counted), fixed=fixed)
+        if fitted.dropped and request.summarize_dropped:
+            summary = await self._summary(request, fitted.dropped, budget)
+            fitted = fit(messages, budget, fixed=fixed + estimate_tokens(summary), summary=summary)
+        return fitted
+
+    async def _count_tokens(self, request: ModelRequest, messages: list[dict[str, Any]]) -> int | None:
+        try:
+            params = build_params(request, messages)
+            params.pop("max_tokens", None)
+            counted = await self._anthropic().messages.count_tokens(**params, extra_headers=_session_headers(request))
+            return counted.input_tokens
+        except Exception:  # counting is an optimisation; the estimate stands
+            return None
+
+    async def _summary(self, request: ModelRequest, dropped: list[dict[str, Any]], budget: int) -> str:
+        key = hashlib.sha256(json.dumps(dropped, sort_keys=True).encode()).hexdigest()
+        cached = self._store.note(key)
+        if cached is not None:
+            return cached
+        reply = await self._anthropic().messages.create(
+            model=request.model,
+            max_tokens=min(1024, request.max_tokens),
+            messages=summary_request(dropped, budget // 2),
+            extra_headers=_session_headers(request),
+        )
+        text = "".join(b.text for b in reply.content if b.type == "text").strip()
+        self._store.save_note(key, text)
+        return text
 
     async def _stream(self, params: dict[str, Any], request: ModelRequest, attempt: int, started: float):
         publisher: WorkflowStreamClient | None = None
@@ -131,7 +197,11 @@ class ModelActivities:
                             {"step": request.step, "attempt": attempt, "text": "".join(backlog)}
                         )
                         backlog.clear()
-                return await stream.get_final_message()
+                final = await stream.get_final_message()
+            if final.stop_reason is None:
+                # The SDK returns what arrived; without message_stop the answer is partial.
+                raise IncompleteResponse("the stream ended before message_stop")
+            return final
         finally:
             if publisher is not None:
                 await publisher.__aexit__(None, None, None)

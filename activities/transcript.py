@@ -70,3 +70,18 @@ class TranscriptStore:
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return ref
+
+    def note(self, key: str) -> str | None:
+        """A derived text kept beside the transcripts (a summary), or None."""
+        try:
+            return (self._root / "notes" / f"{key}.txt").read_text()
+        except FileNotFoundError:
+            return None
+
+    def save_note(self, key: str, text: str) -> None:
+        path = self._root / "notes" / f"{key}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)

@@ -124,6 +124,8 @@ class ModelRequest(BaseModel):
     transcript_ref: str | None = None
     new_messages: list[Message]
     stream: bool = True
+    context_tokens: int = 200_000
+    summarize_dropped: bool = False
 
 
 class ModelReply(BaseModel):
@@ -134,6 +136,8 @@ class ModelReply(BaseModel):
     transcript_ref: str
     latency_ms: int
     attempt: int = 1
+    # Messages left out of this call to fit the context window (the transcript keeps them).
+    context_dropped: int = 0
 
 
 class ToolRequest(BaseModel):

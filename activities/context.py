@@ -1,0 +1,88 @@
+"""Fitting a transcript into the model's context window.
+
+When the whole transcript would not fit, the first user message (the goal) and the
+longest run of recent messages that fits are kept, and a note (or a summary of what was
+left out) is added to the first message. The kept tail always starts with an assistant
+message, so a `tool_result` never loses the `tool_use` it answers and roles still
+alternate. Token counts are estimated at 3.5 characters of JSON per token (Anthropic's
+tokenizers average 3.5 to 4 for English and code); near the limit the model activity asks
+the provider's token counting endpoint instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+CHARS_PER_TOKEN = 3.5
+
+
+def estimate_tokens(value: Any) -> int:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+@dataclass(frozen=True)
+class Fitted:
+    messages: list[dict[str, Any]]
+    dropped: list[dict[str, Any]]
+    estimated_tokens: int
+
+
+def omission_note(count: int, summary: str | None) -> str:
+    if summary:
+        return f"[{count} earlier messages were left out to fit the context window. Summary of them: {summary}]"
+    return f"[{count} earlier messages were left out to fit the context window.]"
+
+
+def fit(
+    messages: list[dict[str, Any]], budget: int, *, fixed: int = 0, summary: str | None = None
+) -> Fitted:
+    """The messages to send within `budget` tokens (`fixed` is spent on system and tools)."""
+    sizes = [estimate_tokens(m) for m in messages]
+    total = fixed + sum(sizes)
+    if total <= budget or len(messages) < 3:
+        return Fitted(list(messages), [], total)
+    starts = [i for i in range(2, len(messages)) if messages[i]["role"] == "assistant"]
+    if not starts:
+        return Fitted(list(messages), [], total)
+    tail_sizes = _suffix_sums(sizes)
+    chosen = starts[-1]  # the shortest tail, if nothing fits
+    for start in starts:
+        first = _with_note(messages[0], omission_note(start - 1, summary))
+        if fixed + estimate_tokens(first) + tail_sizes[start] <= budget:
+            chosen = start
+            break
+    first = _with_note(messages[0], omission_note(chosen - 1, summary))
+    kept = [first, *messages[chosen:]]
+    return Fitted(kept, list(messages[1:chosen]), fixed + estimate_tokens(first) + tail_sizes[chosen])
+
+
+def _suffix_sums(sizes: list[int]) -> list[int]:
+    sums = [0] * (len(sizes) + 1)
+    for i in range(len(sizes) - 1, -1, -1):
+        sums[i] = sums[i + 1] + sizes[i]
+    return sums
+
+
+def _with_note(message: dict[str, Any], note: str) -> dict[str, Any]:
+    content = message["content"]
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    return {**message, "content": [*blocks, {"type": "text", "text": note}]}
+
+
+SUMMARY_PROMPT = (
+    "Summarise the conversation excerpt below for the agent that will continue it: the facts "
+    "learned, the tool results that matter, decisions made and what is still open. Be brief."
+)
+
+
+def summary_request(dropped: list[dict[str, Any]], budget: int) -> list[dict[str, Any]]:
+    """The messages of the one model call that summarises the dropped middle (cut to fit)."""
+    excerpt = json.dumps(dropped, ensure_ascii=False)
+    limit = int(budget * CHARS_PER_TOKEN * 0.8)
+    if len(excerpt) > limit:
+        excerpt = excerpt[-limit:]
+    return [{"role": "user", "content": [{"type": "text", "text": f"{SUMMARY_PROMPT}\n\n{excerpt}"}]}]

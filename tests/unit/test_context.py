@@ -1,0 +1,74 @@
+"""Invariants of context fitting, over random histories (hypothesis)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from activities.context import estimate_tokens, fit
+
+texts = st.text(alphabet="abcdefghij klmnop", min_size=0, max_size=400)
+
+
+@st.composite
+def histories(draw) -> list[dict]:
+    messages = [{"role": "user", "content": [{"type": "text", "text": draw(texts) or "goal"}]}]
+    counter = 0
+    for _ in range(draw(st.integers(min_value=0, max_value=25))):
+        calls = draw(st.integers(min_value=0, max_value=3))
+        content = [{"type": "text", "text": draw(texts)}] if draw(st.booleans()) or not calls else []
+        ids = []
+        for _ in range(calls):
+            counter += 1
+            ids.append(f"t{counter}")
+            content.append({"type": "tool_use", "id": ids[-1], "name": "x", "input": {"q": draw(texts)}})
+        messages.append({"role": "assistant", "content": content})
+        if ids:
+            reply = [{"type": "tool_result", "tool_use_id": i, "content": draw(texts)} for i in ids]
+        else:
+            reply = [{"type": "text", "text": draw(texts) or "more"}]
+        messages.append({"role": "user", "content": reply})
+    return messages
+
+
+@settings(max_examples=400, deadline=None)
+@given(histories(), st.integers(min_value=50, max_value=5000), st.integers(min_value=0, max_value=200))
+def test_fitting_keeps_pairs_order_and_the_goal(messages, budget, fixed):
+    fitted = fit(messages, budget, fixed=fixed)
+    out = fitted.messages
+    total = fixed + sum(estimate_tokens(m) for m in messages)
+    if total <= budget:
+        assert out == messages and fitted.dropped == []
+        return
+    # The goal comes first, unchanged but for an added note.
+    assert out[0]["role"] == "user"
+    assert out[0]["content"][: len(messages[0]["content"])] == messages[0]["content"]
+    # The rest is a contiguous tail; the dropped middle plus the tail is everything.
+    tail = out[1:]
+    assert messages[len(messages) - len(tail) :] == tail
+    assert [messages[0], *fitted.dropped, *tail] == messages
+    # Roles alternate, starting with the user.
+    assert [m["role"] for m in out] == ["user", "assistant"] * (len(out) // 2) + ["user"] * (len(out) % 2)
+    # Every tool_result follows the assistant message that asked for it, and every
+    # tool_use is answered in the next message.
+    for i, message in enumerate(out):
+        results = {b["tool_use_id"] for b in message["content"] if b["type"] == "tool_result"}
+        if results:
+            asked = {b["id"] for b in out[i - 1]["content"] if b["type"] == "tool_use"}
+            assert i > 0 and results == asked
+        uses = {b["id"] for b in message["content"] if b["type"] == "tool_use"}
+        if uses and i + 1 < len(out):
+            answered = {b["tool_use_id"] for b in out[i + 1]["content"] if b["type"] == "tool_result"}
+            assert answered == uses
+    # Something was left out only to fit, and what was kept fits unless even the
+    # shortest possible tail is too big.
+    if fitted.dropped:
+        assert "left out to fit the context window" in out[0]["content"][-1]["text"]
+        shortest = max(i for i in range(2, len(messages)) if messages[i]["role"] == "assistant")
+        if len(tail) > len(messages) - shortest:
+            assert fitted.estimated_tokens <= budget
+
+
+def test_no_cut_when_it_fits():
+    messages = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    assert fit(messages, 10).messages == messages
