@@ -1,7 +1,7 @@
 """How a failed model call is classified: retried by Temporal, or terminal for the session.
 
 This is the one place that decides. Retryable: 408, 409, 429, 5xx (529 included),
-connection errors and timeouts; Retry-After is honoured through `next_retry_delay`.
+connection errors, timeouts and incomplete or unreadable responses; Retry-After is honoured through `next_retry_delay`.
 Terminal: every other 4xx, carrying the provider's message.
 """
 
@@ -14,6 +14,7 @@ from datetime import timedelta
 from collections.abc import Mapping
 
 import anthropic
+import httpx2 as httpx
 from temporalio.exceptions import ApplicationError
 
 RETRYABLE_STATUS = {408, 409, 429}
@@ -24,6 +25,10 @@ MODEL_RETRYABLE = "ModelRetryable"
 MODEL_TERMINAL = "ModelTerminal"
 PROMPT_TOO_LONG = "PromptTooLong"
 TRANSCRIPT_MISSING = "TranscriptMissing"
+
+
+class IncompleteResponse(Exception):
+    """The response ended before it was complete (a stream cut before message_stop)."""
 
 
 def retry_after(headers: Mapping[str, str] | None) -> timedelta | None:
@@ -71,8 +76,15 @@ def classify(err: BaseException) -> ApplicationError:
         if status == 400 and "prompt is too long" in text.lower():
             return ApplicationError(text, type=PROMPT_TOO_LONG, non_retryable=True)
         return ApplicationError(text, type=MODEL_TERMINAL, non_retryable=True)
-    if isinstance(err, anthropic.APITimeoutError):
+    if isinstance(err, (anthropic.APITimeoutError, httpx.TimeoutException)):
         return ApplicationError("model call timed out", type=MODEL_RETRYABLE)
+    if isinstance(err, httpx.TransportError):
+        # Raised as is (not wrapped by the SDK) while a stream is being read.
+        return ApplicationError(
+            f"model connection error: {type(err).__name__} {err}".rstrip(), type=MODEL_RETRYABLE
+        )
+    if isinstance(err, IncompleteResponse):
+        return ApplicationError(f"model response incomplete: {err}", type=MODEL_RETRYABLE)
     if isinstance(err, anthropic.APIConnectionError):
         cause = err.__cause__ or err
         return ApplicationError(f"model connection error: {cause}", type=MODEL_RETRYABLE)
