@@ -58,7 +58,6 @@ with workflow.unsafe.imports_passed_through():
     )
 
 EVENT_TOPIC = "event"
-MODEL_START_TO_CLOSE = timedelta(minutes=2)
 TOOL_START_TO_CLOSE = timedelta(minutes=10)
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 LOCAL_TIMEOUT = timedelta(seconds=30)
@@ -252,7 +251,7 @@ class AgentWorkflow:
             "call_model",
             request,
             result_type=ModelReply,
-            start_to_close_timeout=MODEL_START_TO_CLOSE,
+            start_to_close_timeout=timedelta(seconds=self.input.limits.model_timeout_seconds),
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=model_retry_policy(self.input.limits.model_attempts),
             summary=f"model call {request.step} ({request.model})",

@@ -47,6 +47,8 @@ class Limits(BaseModel):
     max_tokens: int = Field(default=4096, ge=1, le=128_000)
     max_tool_output: int = Field(default=8000, ge=100, le=1_000_000)
     model_attempts: int = Field(default=6, ge=1, le=100)
+    # Start-to-close timeout of one model call attempt; a stalled call is retried after it.
+    model_timeout_seconds: float = Field(default=120, ge=1, le=3600)
 
 
 class SessionInput(BaseModel):
