@@ -10,20 +10,36 @@ every session with the session "*". A turn is a JSON object:
     {"text": "...", "tool_calls": [{"name": "get_time", "input": {}}], "stop_reason": "...",
      "usage": {"input_tokens": 10, "output_tokens": 5}, "delay": 0.5, "chunk_delay": 0.1}
 
-or a fault: {"status": 429, "headers": {"retry-after": "2"}, "message": "..."},
-{"drop": true} (close the connection without an answer), {"cut_stream": true} (stop a
-stream before message_stop), {"raw": "not json"}, or {"content": [...raw blocks...]}.
+or a fault:
+
+- `{"status": 429, "headers": {"retry-after": "2"}, "message": "..."}`: an error status with
+  the provider's error body (`{"type": "error", "error": {"type": ..., "message": ...}}`);
+- `{"drop": true}`: close the connection without an answer;
+- `{"drop_mid": true}`: start the answer, then reset the connection in the middle of it;
+- `{"stall": 30}`: send the response headers (and, streaming, `message_start`), then
+  nothing for that many seconds, then the rest;
+- `{"cut_stream": true}`: end a stream cleanly before `message_stop`;
+- `{"malformed": true}`: a body (or, streaming, an event) that is not valid JSON;
+- `{"raw": "not json"}`: this exact body with status 200;
+- `{"content": [...raw blocks...]}`: these content blocks, unknown types included.
+
+`"times": N` plays a turn N times; `"repeat": true` forever. A fault can also be set for
+every request of a session, in front of its turns: `POST /_fault {"session", "fault",
+"times"}` (times null: until cleared with fault null).
 A session whose script has run out gets a 400 error naming the session: a test that
 asks for more turns than it scripted fails loudly. With no script at all, a small demo
 planner answers (look up the time, save a note, ask to send an email, then answer).
 
-Control endpoints, for tests: `POST /_script {"session", "turns"}`, `GET /_requests`,
+Control endpoints, for tests: `POST /_script {"session", "turns"}`, `POST /_fault`,
+`GET /_requests` (each with the time it arrived, `at`, and when its answer ended, `done`),
 `POST /_reset`.
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -55,15 +71,37 @@ class Script:
         self.lock = threading.Lock()
         self.turns: dict[str, deque[dict[str, Any]]] = {}
         self.used: dict[str, int] = {}
+        self.faults: dict[str, list[Any]] = {}  # session -> [fault, times left or None]
         self.requests: list[dict[str, Any]] = []
 
     def set(self, session: str, turns: list[dict[str, Any]]) -> None:
+        expanded: list[dict[str, Any]] = []
+        for turn in turns:
+            times = int(turn.get("times", 1))
+            expanded += [{k: v for k, v in turn.items() if k != "times"}] * times
         with self.lock:
-            self.turns[session] = deque(turns)
+            self.turns[session] = deque(expanded)
             self.used[session] = 0
+
+    def set_fault(self, session: str, fault: dict[str, Any] | None, times: int | None = None) -> None:
+        """Answer the session's next `times` requests (None: all) with `fault`; None clears it."""
+        with self.lock:
+            if fault is None:
+                self.faults.pop(session, None)
+            else:
+                self.faults[session] = [fault, times]
 
     def next_turn(self, session: str, body: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
+            fault = self.faults.get(session)
+            if fault is not None:
+                turn, left = fault
+                if left is not None:
+                    if left <= 1:
+                        del self.faults[session]
+                    else:
+                        fault[1] = left - 1
+                return turn
             key = session if session in self.turns else "*" if "*" in self.turns else None
             if key is None:
                 return demo_turn(body)
@@ -80,9 +118,11 @@ class Script:
                 queue.appendleft(turn)
             return turn
 
-    def log(self, session: str, step: str | None, body: dict[str, Any]) -> None:
+    def log(self, session: str, step: str | None, body: dict[str, Any]) -> dict[str, Any]:
+        entry = {"session": session, "step": step, "body": body, "at": time.time(), "done": None}
         with self.lock:
-            self.requests.append({"session": session, "step": step, "body": body, "at": time.time()})
+            self.requests.append(entry)
+        return entry
 
 
 def demo_turn(body: dict[str, Any]) -> dict[str, Any]:
@@ -214,6 +254,10 @@ class Handler(BaseHTTPRequestHandler):
             body = self._body()
             self.server.script.set(body["session"], body["turns"])
             self._json(200, {"ok": True})
+        elif url.path == "/_fault":
+            body = self._body()
+            self.server.script.set_fault(body["session"], body.get("fault"), body.get("times"))
+            self._json(200, {"ok": True})
         elif url.path == "/_reset":
             self.server.script.__init__()
             self._json(200, {"ok": True})
@@ -226,7 +270,16 @@ class Handler(BaseHTTPRequestHandler):
         body = self._body()
         session = self.headers.get("x-agent-session", "")
         step = self.headers.get("x-agent-step")
-        self.server.script.log(session, step, body)
+        entry = self.server.script.log(session, step, body)
+        try:
+            self._answer(session, body)
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+            # The client gave up (a timeout, a cancelled activity): nothing to answer.
+            self.close_connection = True
+        finally:
+            entry["done"] = time.time()
+
+    def _answer(self, session: str, body: dict[str, Any]) -> None:
         expected_key = self.server.api_key
         if expected_key and self.headers.get("x-api-key") != expected_key:
             self._json(401, _error(401, "invalid x-api-key"))
@@ -242,18 +295,43 @@ class Handler(BaseHTTPRequestHandler):
             self._json(int(turn["status"]), _error(int(turn["status"]), turn.get("message")), turn.get("headers"))
             return
         if "raw" in turn:
-            data = turn["raw"].encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self._raw(turn["raw"].encode())
             return
         message = build_message(turn, body)
+        if turn.get("malformed") and not body.get("stream"):
+            self._raw(json.dumps(message).encode()[:-20])
+            return
         if body.get("stream"):
             self._stream(message, turn)
-        else:
-            self._json(200, message)
+            return
+        data = json.dumps(message).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("request-id", f"req_fake_{uuid.uuid4().hex[:12]}")
+        self.end_headers()
+        if turn.get("stall"):
+            self.wfile.flush()
+            time.sleep(float(turn["stall"]))
+        if turn.get("drop_mid"):
+            self.wfile.write(data[: len(data) // 2])
+            self._reset_connection()
+            return
+        self.wfile.write(data)
+
+    def _raw(self, data: bytes) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _reset_connection(self) -> None:
+        """Abort the connection (TCP RST), as a crashed proxy or a network fault does."""
+        self.wfile.flush()
+        self.close_connection = True
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.connection.close()
 
     def _stream(self, message: dict[str, Any], turn: dict[str, Any]) -> None:
         self.send_response(200)
@@ -265,6 +343,12 @@ class Handler(BaseHTTPRequestHandler):
         chunk_delay = float(turn.get("chunk_delay", 0))
         start = {**message, "content": [], "stop_reason": None, "usage": {**message["usage"], "output_tokens": 1}}
         self._event("message_start", {"type": "message_start", "message": start})
+        if turn.get("stall"):
+            time.sleep(float(turn["stall"]))
+        if turn.get("malformed"):
+            self.wfile.write(b'event: content_block_start\ndata: {"type": "content_block_start", "index": 0,\n\n')
+            self.wfile.flush()
+            return
         for index, block in enumerate(message["content"]):
             if block["type"] == "text":
                 self._event("content_block_start", _block_start(index, {"type": "text", "text": ""}))
@@ -283,6 +367,9 @@ class Handler(BaseHTTPRequestHandler):
             self._event("content_block_stop", {"type": "content_block_stop", "index": index})
             if turn.get("cut_stream"):
                 self.wfile.flush()
+                return
+            if turn.get("drop_mid"):
+                self._reset_connection()
                 return
         self._event(
             "message_delta",
