@@ -142,9 +142,15 @@ def history_text(history: Any) -> str:
     return decode_history_payloads(json.loads(history.to_json()))
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Regenerate docs/reliability.md from the rows this run recorded."""
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     from tests.support import reliability
 
-    if reliability.ROWS:
-        reliability.write_page()
+    reliability.note(report)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Merge the rows of the tests that ran into docs/reliability.json; regenerate the page."""
+    from tests.support import reliability
+
+    reliability.write_page()
+

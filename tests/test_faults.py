@@ -9,6 +9,7 @@ server's request times and from the history's activity events.
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -129,7 +130,7 @@ RETRYABLE = {
 }
 
 
-@pytest.mark.parametrize("name", list(RETRYABLE))
+@pytest.mark.parametrize("name", list(RETRYABLE), ids=lambda n: re.sub(r"\W+", "-", n).strip("-"))
 async def test_retryable_fault_recovers_and_records_each_step_once(harness: Harness, name: str):
     # The fault hits step 2, after a tool with a side effect ran in step 1.
     note = tool_use("save_note", {"title": "t", "text": "once"}, id="n1")
