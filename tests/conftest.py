@@ -153,4 +153,3 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from tests.support import reliability
 
     reliability.write_page()
-
