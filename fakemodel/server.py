@@ -263,7 +263,12 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, {"ok": True})
         elif url.path == "/v1/messages":
             self._messages()
+        elif url.path == "/v1/messages/count_tokens":
+            body = self._body()
+            count = max(1, len(json.dumps([body.get("system"), body.get("tools"), body.get("messages")])) // 4)
+            self._json(200, {"input_tokens": count})
         else:
+            self._body()  # read it, or the next request on this connection starts inside it
             self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "not found"}})
 
     def _messages(self) -> None:
