@@ -1,0 +1,210 @@
+"""Approval, pause and cancel races: decisions twice, for unknown ids, after cancel; storms
+of pause/resume; pause while tools run. A rejected decision changes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.service import RPCError
+
+from activities.data import read_effects
+from tests.conftest import Harness, answer, tool_use
+from tests.support.reliability import record
+from tests.test_loop import wait_for_status
+from workflows.types import FINAL_STATUSES, Decision, SessionHistory, SessionStatus
+
+AREA = "Cancel, pause and approval races"
+EMAIL = {"to": "a@example.com", "subject": "hi", "body": "x"}
+
+
+def effects(session_id: str) -> list[dict]:
+    return [e for e in read_effects() if e["session_id"] == session_id]
+
+
+async def accepted_updates(handle) -> list[str]:
+    names = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+            names.append(event.workflow_execution_update_accepted_event_attributes.accepted_request.input.name)
+    return names
+
+
+async def rejected(handle, name: str, *args) -> str:
+    """Send an update that must be refused; its reason."""
+    with pytest.raises((WorkflowUpdateFailedError, RPCError)) as caught:
+        await handle.execute_update(name, *args, result_type=str)
+    err = caught.value
+    return str(err.cause) if isinstance(err, WorkflowUpdateFailedError) else str(err)
+
+
+def state(history: SessionHistory) -> str:
+    return history.model_dump_json()
+
+
+async def test_second_decision_is_rejected_and_changes_nothing(harness: Harness):
+    # After the approval the email goes out and the next model call takes 2 s: the
+    # repeated decisions arrive while the session still runs.
+    handle = await harness.start([tool_use("send_email", EMAIL, id="e1"), {**answer("sent"), "delay": 2}])
+    await wait_for_status(handle, "waiting_approval")
+    assert await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
+    await asyncio.sleep(0.5)
+    before = state(await handle.query("history", result_type=SessionHistory))
+    again = await rejected(handle, "approve_call", Decision(tool_use_id="e1"))
+    flipped = await rejected(handle, "deny_call", Decision(tool_use_id="e1", reason="too late"))
+    assert "already decided" in again and "already decided" in flipped
+    await handle.signal("approve", Decision(tool_use_id="e1"))  # the signal path: ignored
+    await handle.signal("deny", Decision(tool_use_id="e1"))
+    after = state(await handle.query("history", result_type=SessionHistory))
+    assert after == before
+    result = await handle.result()
+    assert result.status == "completed"
+    assert len(effects(handle.id)) == 1  # sent once
+    assert await accepted_updates(handle) == ["approve_call"]
+    record(AREA, "approve sent twice; deny after approve (updates and signals)",
+           f"rejected: \"{again}\"; the signals are ignored; state unchanged; the email went out once", {})
+
+
+async def test_deny_twice_then_approve_is_rejected(harness: Harness):
+    handle = await harness.start([tool_use("send_email", EMAIL, id="e1"), {**answer("not sent"), "delay": 2}])
+    await wait_for_status(handle, "waiting_approval")
+    await handle.execute_update("deny_call", Decision(tool_use_id="e1", reason="no"), result_type=str)
+    await asyncio.sleep(0.3)
+    before = state(await handle.query("history", result_type=SessionHistory))
+    assert "already decided" in await rejected(handle, "deny_call", Decision(tool_use_id="e1"))
+    assert "already decided" in await rejected(handle, "approve_call", Decision(tool_use_id="e1"))
+    assert state(await handle.query("history", result_type=SessionHistory)) == before
+    result = await handle.result()
+    assert result.status == "completed" and effects(handle.id) == []
+    history = await handle.query("history", result_type=SessionHistory)
+    assert history.tool_calls[0].status == "denied"
+    record(AREA, "deny sent twice; approve after deny", "rejected (already decided); the email never went out", {})
+
+
+async def test_unknown_ids_are_rejected_while_a_call_waits(harness: Harness):
+    handle = await harness.start([tool_use("send_email", EMAIL, id="e1"), answer("sent")])
+    await wait_for_status(handle, "waiting_approval")
+    before = await handle.query("status", result_type=SessionStatus)
+    for name in ("approve_call", "deny_call"):
+        reason = await rejected(handle, name, Decision(tool_use_id="toolu_nope"))
+        assert "no tool call 'toolu_nope'" in reason and "waiting: e1" in reason
+    await handle.signal("approve", Decision(tool_use_id="toolu_nope"))
+    await asyncio.sleep(0.3)
+    after = await handle.query("status", result_type=SessionStatus)
+    assert after == before  # updated_at included: nothing was touched
+    assert [p.tool_use_id for p in after.pending_approvals] == ["e1"]
+    await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
+    assert (await handle.result()).status == "completed"
+    assert await accepted_updates(handle) == ["approve_call"]
+    record(AREA, "approve/deny for an unknown tool_use_id",
+           "rejected, naming the calls that do wait; the waiting call is untouched and can still be approved", {})
+
+
+async def test_decisions_after_cancel_are_rejected(harness: Harness):
+    handle = await harness.start([tool_use("send_email", EMAIL, id="e1"), answer("never")])
+    await wait_for_status(handle, "waiting_approval")
+    await handle.execute_update("cancel_session", {"reason": "stop"}, result_type=str)
+    result = await handle.result()
+    assert result.status == "cancelled"
+    before = state(await handle.query("history", result_type=SessionHistory))
+    for name in ("approve_call", "deny_call"):
+        reason = await rejected(handle, name, Decision(tool_use_id="e1"))
+        assert "completed" in reason.lower() or "cancelled" in reason.lower(), reason
+    assert await rejected(handle, "cancel_session", {"reason": "again"})
+    with pytest.raises(RPCError):  # a signal to an ended session is refused by the server
+        await handle.signal("approve", Decision(tool_use_id="e1"))
+    history = await handle.query("history", result_type=SessionHistory)
+    assert state(history) == before
+    assert history.tool_calls[0].status == "not_run"
+    assert effects(handle.id) == [] and len(harness.requests(handle.id)) == 1
+    record(AREA, "approve/deny/cancel after the session was cancelled",
+           "rejected (the session has ended); the call stays `not_run`; nothing ran", {})
+
+
+async def test_fifty_pause_resume_signal_pairs_at_once(harness: Harness):
+    handle = await harness.start(
+        [tool_use("slow_upsert", {"key": "k", "seconds": 2}, id="u1"), {**answer("done"), "delay": 0.5}]
+    )
+    await asyncio.sleep(0.3)
+    started = time.monotonic()
+    await asyncio.gather(*(handle.signal(name) for _ in range(50) for name in ("pause", "resume")))
+    sent_in = time.monotonic() - started
+    snapshot = await handle.query("status", result_type=SessionStatus)
+    assert snapshot.status in ("paused", "running", "completed")
+    if snapshot.status == "paused":
+        await handle.execute_update("resume_session", result_type=str)
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed" and result.steps == 2
+    assert len(harness.requests(handle.id)) == 2 and len(effects(handle.id)) == 1
+    signals = [e async for e in handle.fetch_history_events()
+               if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+    assert len([s for s in signals if s.workflow_execution_signaled_event_attributes.signal_name in ("pause", "resume")]) == 100
+    record(AREA, "50 pause/resume signal pairs at once",
+           "all 100 recorded; the state is paused or running, never both; the session completes, each step once",
+           {"100 signals sent in": f"{sent_in:.2f} s"})
+
+
+async def test_fifty_pause_resume_update_pairs_at_once_stay_consistent(harness: Harness):
+    handle = await harness.start(
+        [tool_use("slow_upsert", {"key": "k", "seconds": 2}, id="u1"), {**answer("done"), "delay": 0.5}]
+    )
+    await asyncio.sleep(0.3)
+
+    async def send(name: str) -> bool:
+        try:
+            await handle.execute_update(name, result_type=str)
+            return True
+        except WorkflowUpdateFailedError as err:
+            assert "already paused" in str(err.cause) or "not paused" in str(err.cause), err.cause
+            return False
+        except RPCError as err:  # arrived as the session ended: refused, not lost
+            assert "closing workflow" in str(err) or "completed" in str(err), err
+            return False
+
+    names = [name for _ in range(50) for name in ("pause_session", "resume_session")]
+    outcomes = await asyncio.gather(*(send(n) for n in names))
+    paused = sum(ok for n, ok in zip(names, outcomes) if n == "pause_session")
+    resumed = sum(ok for n, ok in zip(names, outcomes) if n == "resume_session")
+    # Accepted updates alternate pause, resume, pause...: never two pauses in a row.
+    accepted = [n for n in await accepted_updates(handle)]
+    assert accepted.count("pause_session") == paused and accepted.count("resume_session") == resumed
+    assert all(a != b for a, b in zip(accepted, accepted[1:])), accepted
+    assert not accepted or accepted[0] == "pause_session"
+    snapshot = await handle.query("status", result_type=SessionStatus)
+    assert paused - resumed in (0, 1)
+    if snapshot.status not in FINAL_STATUSES:
+        # (A pause accepted while the last model call ran does not stop its answer.)
+        assert (snapshot.status == "paused") == (paused - resumed == 1), (snapshot.status, paused, resumed)
+    if snapshot.status == "paused":
+        await handle.execute_update("resume_session", result_type=str)
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed" and len(harness.requests(handle.id)) == 2
+    record(AREA, "50 pause/resume update pairs at once",
+           "each accepted or rejected with a reason; the accepted ones alternate; the final state matches them",
+           {"accepted": f"{paused} pauses, {resumed} resumes of 50 each"})
+
+
+async def test_pause_during_tool_calls_lets_them_finish_and_stops_before_the_model(harness: Harness):
+    turn = {"tool_calls": [{"name": "slow_upsert", "input": {"key": f"k{i}", "seconds": 1}, "id": f"u{i}"}
+                           for i in range(3)]}
+    handle = await harness.start([turn, answer("all done")])
+    await asyncio.sleep(0.5)
+    await handle.execute_update("pause_session", result_type=str)
+    await wait_for_status(handle, "paused")
+    await asyncio.sleep(2)  # the calls finish; the next model call must not start
+    history = await handle.query("history", result_type=SessionHistory)
+    assert [c.status for c in history.tool_calls] == ["done", "done", "done"]
+    assert len(effects(handle.id)) == 3
+    assert len(harness.requests(handle.id)) == 1
+    assert (await handle.query("status", result_type=SessionStatus)).status == "paused"
+    resumed_at = time.time()
+    await handle.execute_update("resume_session", result_type=str)
+    result = await handle.result()
+    assert result.status == "completed" and len(harness.requests(handle.id)) == 2
+    resumed_to_call = harness.requests(handle.id)[1]["at"] - resumed_at
+    record(AREA, "pause while three tool calls run",
+           "the calls finish (results kept), no model call starts until resume; then it completes",
+           {"model calls while paused": 0, "resume to next model call": f"{resumed_to_call:.2f} s"})
