@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.types import (
         FINAL_STATUSES,
         CancelRequest,
+        Carried,
         Decision,
         PendingApproval,
         RunStatus,
@@ -55,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         SessionStatus,
         ToolCallRecord,
         TraceTurn,
+        UserMessage,
     )
 
 EVENT_TOPIC = "event"
@@ -63,6 +65,7 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 LOCAL_TIMEOUT = timedelta(seconds=30)
 LOCAL_TOOL_TIMEOUT = timedelta(seconds=30)
 REPEAT_NOTE_AT = 3
+SETTLED = ("done", "error", "denied", "cancelled", "not_run")
 
 
 def model_retry_policy(attempts: int) -> RetryPolicy:
@@ -88,6 +91,15 @@ class _Finished(Exception):
         self.status, self.stop_reason, self.error = status, stop_reason, error
 
 
+class _ContinueAsNew(Exception):
+    """Raised at a safe point to hand the session to a new run."""
+
+
+def _chat_goes_on(ended: _Finished) -> bool:
+    """A chat waits for the next message after an answer, a cut answer or a refusal."""
+    return ended.status == "completed" or ended.stop_reason in ("max_tokens", "refusal")
+
+
 def _short(value: Any, limit: int = 80) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -107,49 +119,107 @@ class AgentWorkflow:
     def __init__(self, input: SessionInput) -> None:
         self.input = input
         self.session_id = workflow.info().workflow_id
-        self.started_at = workflow.now()
-        self.updated_at = self.started_at
-        self.stream = WorkflowStream()
-        self.events = self.stream.topic(EVENT_TOPIC)
-        self.messages: list[Message] = [Message(role="user", content=[TextBlock(text=input.goal)])]
-        self.unsent: list[Message] = list(self.messages)  # not yet in the transcript store
-        self.transcript_ref: str | None = None
-        self.specs: list[ToolSpec] = []
-        self.calls: dict[str, ToolCallRecord] = {}
-        self.trace: list[TraceTurn] = []
-        self.repeats: dict[str, int] = {}
-        self.steps = 0
-        self.usage = Usage()
-        self.cost_usd: float | None = 0.0 if input.price else None
-        self.paused = False
+        self.updated_at = workflow.now()
         self.cancel_requested: str | None = None
         self.final: tuple[RunStatus, str | None, str | None] | None = None
-        self.answer: str | None = None
         self._published_status: RunStatus | None = None
         self._indexed: tuple[Any, ...] | None = None
+        carried = input.carried
+        self.stream = WorkflowStream(prior_state=carried.stream_state if carried else None)
+        self.events = self.stream.topic(EVENT_TOPIC)
+        if carried is None:
+            goal = Message(role="user", content=[TextBlock(text=input.goal)])
+            carried = Carried(
+                started_at=workflow.now(), runs=0, messages=[goal], unsent=[goal], transcript_ref=None,
+                specs=[], calls=[], trace=[], repeats={}, steps=0, usage=Usage(),
+                cost_usd=0.0 if input.price else None, paused=False, idle=False, closing=False,
+                queue=[], user_turns=1, answer=None, run_started_at=workflow.now(),
+            )  # fmt: skip
+        self.started_at = carried.started_at
+        self.runs = carried.runs + 1
+        self.messages = carried.messages
+        self.unsent = carried.unsent  # not yet in the transcript store
+        self.transcript_ref = carried.transcript_ref
+        self.specs = carried.specs
+        self.calls = {c.tool_use_id: c for c in carried.calls}
+        self.trace = carried.trace
+        self.repeats = carried.repeats
+        self.steps = carried.steps
+        self.steps_at_run_start = carried.steps
+        self.usage = carried.usage
+        self.cost_usd = carried.cost_usd
+        self.paused = carried.paused
+        self.idle = carried.idle  # a chat session between runs, waiting for input
+        self.closing = carried.closing
+        self.queue = carried.queue
+        self.user_turns = carried.user_turns
+        self.answer = carried.answer
+        self.run_started_at = carried.run_started_at
 
-    # ---- the run ---------------------------------------------------------------------
+    # ---- the session: runs, and in a chat the waits between them -----------------------
 
     @workflow.run
     async def run(self, input: SessionInput) -> SessionStatus:
         self._changed()
         try:
-            await self._run_with_limits()
+            await self._session()
         except asyncio.CancelledError:
             # The workflow itself was cancelled (the Temporal UI's Cancel button).
             self._finish("cancelled", error="cancelled from Temporal")
+        except _ContinueAsNew:
+            await self._continue_as_new()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self.snapshot()
 
-    async def _run_with_limits(self) -> None:
+    async def _session(self) -> None:
+        problem = self._check_input()
+        if problem:
+            self._finish("failed", error=problem)
+            return
+        if not self.specs:
+            self.specs = await self._describe_tools()
+        while True:
+            if not self.idle:
+                ended = await self._run_with_limits()
+                if not (self.input.chat and _chat_goes_on(ended)):
+                    self._finish(ended.status, ended.stop_reason, ended.error)
+                    return
+                self.idle = True
+                self._publish("answered", status=ended.status, stop_reason=ended.stop_reason, answer=self.answer)
+                self._changed()
+            if self.queue:
+                self._take_message(self.queue.pop(0))
+                continue
+            if self.closing:
+                self._finish("completed")
+                return
+            if self._wants_continue_as_new():
+                raise _ContinueAsNew()
+            try:
+                await workflow.wait_condition(
+                    lambda: bool(self.queue) or self.closing or self.cancel_requested is not None
+                    or self._wants_continue_as_new(),
+                    timeout=timedelta(seconds=self.input.idle_timeout_seconds),
+                    timeout_summary=f"idle {_fmt_duration(self.input.idle_timeout_seconds)}",
+                )  # fmt: skip
+            except asyncio.TimeoutError:
+                self._finish("completed", stop_reason="idle_timeout")
+                return
+            if self.cancel_requested is not None:
+                self._finish("cancelled", error=self.cancel_requested or None)
+                return
+
+    async def _run_with_limits(self) -> _Finished:
+        """One run: the loop until an answer, a limit, a failure or a cancel."""
         limits = self.input.limits
+        if self.run_started_at is None:
+            self.run_started_at = workflow.now()
+        elapsed = (workflow.now() - self.run_started_at).total_seconds()
+        remaining = max(0.001, limits.timeout_seconds - elapsed)
         loop = asyncio.create_task(self._loop())
         cancelled = asyncio.create_task(workflow.wait_condition(lambda: self.cancel_requested is not None))
         timeout = asyncio.create_task(
-            workflow.sleep(
-                timedelta(seconds=limits.timeout_seconds),
-                summary=f"timeout {_fmt_duration(limits.timeout_seconds)}",
-            )
+            workflow.sleep(remaining, summary=f"timeout {_fmt_duration(limits.timeout_seconds)}")
         )
         try:
             await workflow.wait([loop, cancelled, timeout], return_when=asyncio.FIRST_COMPLETED)
@@ -162,30 +232,31 @@ class AgentWorkflow:
         if loop.done():
             outcome = loop.exception()
             if isinstance(outcome, _Finished):
-                self._finish(outcome.status, outcome.stop_reason, outcome.error)
-            elif outcome is not None:
-                raise outcome
-            return
+                self.run_started_at = None
+                return outcome
+            raise outcome or RuntimeError("the loop ended without an outcome")
         await self._stop_loop(loop)
+        self.run_started_at = None
         if self.cancel_requested is not None:
-            self._finish("cancelled", error=self.cancel_requested or None)
-        else:
-            self._finish("stopped", stop_reason="timeout")
+            return _Finished("cancelled", error=self.cancel_requested or None)
+        return _Finished("stopped", stop_reason="timeout")
 
     async def _stop_loop(self, loop: asyncio.Task[None]) -> None:
         loop.cancel()
         try:
             await loop
-        except (asyncio.CancelledError, _Finished):
+        except (asyncio.CancelledError, _Finished, _ContinueAsNew):
             pass
 
     async def _loop(self) -> None:
-        problem = self._check_input()
-        if problem:
-            raise _Finished("failed", error=problem)
-        self.specs = await self._describe_tools()
         while True:
             await self._gate()
+            uses = self._unanswered_uses()
+            if uses:
+                await self._run_tools(uses)
+                continue
+            if self._wants_continue_as_new():
+                raise _ContinueAsNew()
             if self.steps >= self.input.limits.max_steps:
                 raise _Finished("stopped", stop_reason="max_steps")
             reply = await self._call_model()
@@ -193,15 +264,19 @@ class AgentWorkflow:
             self._check_budgets(reply)
             stop = reply.stop_reason
             if stop == "tool_use" and reply.message.tool_uses():
-                await self._run_tools(reply.message.tool_uses())
-            elif stop == "pause_turn":
+                continue  # its tools run at the top of the loop
+            if stop == "pause_turn":
                 continue
-            elif stop in ("end_turn", "stop_sequence", "tool_use"):
+            if stop in ("end_turn", "stop_sequence", "tool_use"):
                 raise _Finished("completed")
-            elif stop in ("max_tokens", "refusal"):
+            if stop in ("max_tokens", "refusal"):
                 raise _Finished("stopped", stop_reason=stop)
-            else:
-                raise _Finished("stopped", stop_reason=stop or "unknown")
+            raise _Finished("stopped", stop_reason=stop or "unknown")
+
+    def _unanswered_uses(self) -> list[ToolUseBlock]:
+        """The tool calls of the last response, if their results are not in yet."""
+        last = self.messages[-1]
+        return last.tool_uses() if last.role == "assistant" else []
 
     def _check_input(self) -> str | None:
         limits = self.input.limits
@@ -213,6 +288,47 @@ class AgentWorkflow:
         """Wait while paused: nothing new starts until resume."""
         if self.paused:
             await workflow.wait_condition(lambda: not self.paused)
+
+    # ---- chat ------------------------------------------------------------------------
+
+    def _take_message(self, text: str) -> None:
+        """Start the next run with a user message; calls left unanswered get 'not run' results."""
+        content: list[Any] = []
+        for use in self._unanswered_uses():
+            call = self.calls[use.id]
+            reason = call.output or "not run: the run ended before it"
+            if call.status in ("pending", "waiting_approval"):
+                call.status, call.is_error, call.output = "not_run", True, reason
+            content.append(ToolResultBlock(tool_use_id=use.id, content=reason, is_error=True))
+        content.append(TextBlock(text=text))
+        self._append(Message(role="user", content=content), sent=False)
+        self.user_turns += 1
+        self.idle = False
+        self.run_started_at = workflow.now()
+        self._publish("user_message", turn=self.user_turns, text=text)
+        self._changed()
+
+    # ---- continue-as-new ---------------------------------------------------------------
+
+    def _wants_continue_as_new(self) -> bool:
+        if workflow.info().is_continue_as_new_suggested():
+            return True
+        return self.steps - self.steps_at_run_start >= self.input.limits.continue_as_new_after_steps
+
+    async def _continue_as_new(self) -> None:
+        """Hand the whole state to a new run of the same session: no activity is in flight."""
+        self.stream.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._publish("continued", run=self.runs + 1, steps=self.steps)
+        carried = Carried(
+            started_at=self.started_at, runs=self.runs, messages=self.messages, unsent=self.unsent,
+            transcript_ref=self.transcript_ref, specs=self.specs, calls=list(self.calls.values()),
+            trace=self.trace, repeats=self.repeats, steps=self.steps, usage=self.usage,
+            cost_usd=self.cost_usd, paused=self.paused, idle=self.idle, closing=self.closing,
+            queue=self.queue, user_turns=self.user_turns, answer=self.answer,
+            run_started_at=self.run_started_at, stream_state=self.stream.get_state(),
+        )  # fmt: skip
+        workflow.continue_as_new(self.input.model_copy(update={"carried": carried}))
 
     # ---- the model -------------------------------------------------------------------
 
@@ -228,6 +344,8 @@ class AgentWorkflow:
             transcript_ref=self.transcript_ref,
             new_messages=self.unsent,
             stream=self.input.stream,
+            context_tokens=self.input.limits.context_tokens,
+            summarize_dropped=self.input.summarize_dropped,
         )
         try:
             reply = await self._model_activity(request)
@@ -282,6 +400,7 @@ class AgentWorkflow:
                 cost_usd=turn_cost,
                 latency_ms=reply.latency_ms,
                 attempt=reply.attempt,
+                context_dropped=reply.context_dropped,
             )
         )
         for block in reply.message.tool_uses():
@@ -312,15 +431,25 @@ class AgentWorkflow:
     # ---- tools -----------------------------------------------------------------------
 
     async def _run_tools(self, uses: list[ToolUseBlock]) -> None:
-        results = await asyncio.gather(*(self._run_call(self.calls[u.id]) for u in uses))
+        """Run one response's calls concurrently; their results go back in the model's order.
+
+        Calls already settled (in an earlier run of this session) keep their results.
+        """
+        results = await asyncio.gather(*(self._settle(self.calls[u.id]) for u in uses))
         self._append(Message(role="user", content=list(results)), sent=False)
         self._changed()
 
+    async def _settle(self, call: ToolCallRecord) -> ToolResultBlock:
+        if call.status in SETTLED:
+            return ToolResultBlock(tool_use_id=call.tool_use_id, content=call.output or "", is_error=call.is_error)
+        return await self._run_call(call)
+
     async def _run_call(self, call: ToolCallRecord) -> ToolResultBlock:
-        key = f"{call.name}:{json.dumps(call.input, sort_keys=True, ensure_ascii=False)}"
-        self.repeats[key] = call.repeats = self.repeats.get(key, 0) + 1
+        if call.status == "pending" and call.ended_at is None and call.started_at is None:
+            key = f"{call.name}:{json.dumps(call.input, sort_keys=True, ensure_ascii=False)}"
+            self.repeats[key] = call.repeats = self.repeats.get(key, 0) + 1
+            self._publish("tool_call", tool_use_id=call.tool_use_id, name=call.name, input=call.input)
         spec = next((s for s in self.specs if s.name == call.name), None)
-        self._publish("tool_call", tool_use_id=call.tool_use_id, name=call.name, input=call.input)
         if spec is None:
             names = ", ".join(s.name for s in self.specs) or "none"
             return self._close_call(call, "error", f"unknown tool {call.name!r}; available tools: {names}")
@@ -333,19 +462,22 @@ class AgentWorkflow:
             input=call.input,
             max_output=self.input.limits.max_tool_output,
         )
-        if spec.requires_approval:
-            problem = await workflow.execute_local_activity(
-                "check_tool_input", request, result_type=str | None, start_to_close_timeout=LOCAL_TIMEOUT
-            )
-            if problem:
-                return self._close_call(call, "error", problem)
-            call.status = "waiting_approval"
-            self._changed()
-            self._publish("approval", tool_use_id=call.tool_use_id, name=call.name, input=call.input)
+        if spec.requires_approval and not call.approved:
+            if call.status != "waiting_approval":
+                problem = await workflow.execute_local_activity(
+                    "check_tool_input", request, result_type=str | None, start_to_close_timeout=LOCAL_TIMEOUT
+                )
+                if problem:
+                    return self._close_call(call, "error", problem)
+                call.status = "waiting_approval"
+                self._changed()
+                self._publish("approval", tool_use_id=call.tool_use_id, name=call.name, input=call.input)
             await workflow.wait_condition(
-                lambda: call.status != "waiting_approval",
+                lambda: call.status != "waiting_approval" or self._idle_enough_to_continue_as_new(),
                 timeout_summary=f"approval wait for {call.name}",
             )
+            if call.status == "waiting_approval":
+                raise _ContinueAsNew()  # a long wait: the next run waits on
             if call.status == "denied":
                 return self._close_call(call, "denied", f"denied by a person: {call.reason or 'no reason given'}")
         await self._gate()
@@ -392,6 +524,12 @@ class AgentWorkflow:
             retry_policy=RUN_ONCE if spec.policy == "at_most_once" else RETRY_IDEMPOTENT_TOOL,
             summary=summary,
         )
+
+    def _idle_enough_to_continue_as_new(self) -> bool:
+        """Continue as new during approval waits only when no tool call is in flight."""
+        if not self._wants_continue_as_new():
+            return False
+        return all(c.status in (*SETTLED, "waiting_approval") for c in self.calls.values())
 
     def _close_call(
         self, call: ToolCallRecord, status: Any, content: str, duration_ms: int | None = None
@@ -449,6 +587,8 @@ class AgentWorkflow:
             return "paused"
         if any(c.status == "waiting_approval" for c in self.calls.values()):
             return "waiting_approval"
+        if self.idle:
+            return "waiting_input"
         return "running"
 
     def _changed(self) -> None:
@@ -524,6 +664,10 @@ class AgentWorkflow:
                 if c.status == "waiting_approval"
             ],
             answer=self.answer,
+            chat=self.input.chat,
+            user_turns=self.user_turns,
+            queued_messages=len(self.queue),
+            runs=self.runs,
             model=self.input.model,
             user_id=self.input.user_id,
             limits=self.input.limits,
@@ -553,7 +697,7 @@ class AgentWorkflow:
     def _decide(self, decision: Decision, approved: bool) -> str:
         call = self.calls[decision.tool_use_id]
         if approved:
-            call.status = "pending"
+            call.status, call.approved = "pending", True
         else:
             call.status, call.reason = "denied", decision.reason
         self._publish(
@@ -572,7 +716,48 @@ class AgentWorkflow:
             self.cancel_requested = request.reason or ""
         return "cancelling"
 
+    def _check_message(self, message: UserMessage) -> None:
+        self._refuse_if_finished("take a message")
+        if not self.input.chat:
+            raise ValueError(f"session {self.session_id} is not a chat session (start one with --chat)")
+        if self.closing:
+            raise ValueError(f"session {self.session_id} is closing; it takes no more messages")
+
+    def _queue_message(self, message: UserMessage) -> int:
+        self.queue.append(message.text)
+        self._changed()
+        return self.user_turns + len(self.queue)
+
+    def _check_close(self) -> None:
+        self._refuse_if_finished("close")
+        if not self.input.chat:
+            raise ValueError(f"session {self.session_id} is not a chat session; use cancel to end it")
+        if self.closing:
+            raise ValueError(f"session {self.session_id} is already closing")
+
+    def _close(self) -> str:
+        self.closing = True
+        self._changed()
+        return "closing: the session ends after the messages already sent" if not self.idle or self.queue else "closed"
+
     # ---- control: updates (answer the caller) ----------------------------------------
+
+    @workflow.update(name="send_message")
+    def send_message(self, message: UserMessage) -> int:
+        """Queue a user message; answers with its position among the user turns (the goal is 1)."""
+        return self._queue_message(message)
+
+    @send_message.validator
+    def _validate_send(self, message: UserMessage) -> None:
+        self._check_message(message)
+
+    @workflow.update(name="close_session")
+    def close_session(self) -> str:
+        return self._close()
+
+    @close_session.validator
+    def _validate_close(self) -> None:
+        self._check_close()
 
     @workflow.update(name="approve_call")
     def approve_call(self, decision: Decision) -> str:
@@ -639,6 +824,14 @@ class AgentWorkflow:
     @workflow.signal
     def cancel(self, request: CancelRequest | None = None) -> None:
         self._signal(lambda: (self._refuse_if_finished("cancel"), self._request_cancel(request or CancelRequest())))
+
+    @workflow.signal
+    def send(self, message: UserMessage) -> None:
+        self._signal(lambda: (self._check_message(message), self._queue_message(message)))
+
+    @workflow.signal
+    def close(self) -> None:
+        self._signal(lambda: (self._check_close(), self._close()))
 
     def _signal(self, action: Any) -> None:
         try:

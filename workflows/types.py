@@ -7,10 +7,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from activities.types import Message, ToolPolicy, Usage
+from temporalio.contrib.workflow_streams import WorkflowStreamState
+
+from activities.types import Message, ToolPolicy, ToolSpec, Usage
 
 RunStatus = Literal[
-    "running", "paused", "waiting_approval", "completed", "stopped", "failed", "cancelled"
+    "running",
+    "paused",
+    "waiting_approval",
+    "waiting_input",
+    "completed",
+    "stopped",
+    "failed",
+    "cancelled",
 ]
 FINAL_STATUSES = ("completed", "stopped", "failed", "cancelled")
 StopReason = Literal["max_steps", "token_budget", "timeout", "cost_budget", "max_tokens", "refusal"]
@@ -47,6 +56,9 @@ class Limits(BaseModel):
     max_tokens: int = Field(default=4096, ge=1, le=128_000)
     max_tool_output: int = Field(default=8000, ge=100, le=1_000_000)
     model_attempts: int = Field(default=6, ge=1, le=100)
+    context_tokens: int = Field(default=200_000, ge=1000, le=10_000_000)
+    # Continue as new after this many model calls in one run (or when Temporal suggests it).
+    continue_as_new_after_steps: int = Field(default=500, ge=1)
     # Start-to-close timeout of one model call attempt; a stalled call is retried after it.
     model_timeout_seconds: float = Field(default=120, ge=1, le=3600)
 
@@ -63,8 +75,15 @@ class SessionInput(BaseModel):
     price: ModelPrice | None = None
     tools: list[str] | None = None  # None: every tool the worker has
     stream: bool = True
+    # A chat session waits for the next message after each answer, until closed or idle.
+    chat: bool = False
+    idle_timeout_seconds: float = Field(default=24 * 3600, gt=0, le=365 * 24 * 3600)
+    # Summarise what is left out of the context window with one model call.
+    summarize_dropped: bool = False
     # Set by the client when the namespace has the Agent* search attributes registered.
     search_attributes: bool = False
+    # Filled in by the session itself when it continues as new.
+    carried: "Carried | None" = None
 
     @field_validator("goal")
     @classmethod
@@ -72,6 +91,17 @@ class SessionInput(BaseModel):
         if not goal.strip():
             raise ValueError("the goal is empty")
         return goal
+
+
+class UserMessage(BaseModel):
+    text: str = Field(min_length=1, max_length=200_000)
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, text: str) -> str:
+        if not text.strip():
+            raise ValueError("the message is empty")
+        return text
 
 
 class PendingApproval(BaseModel):
@@ -95,6 +125,7 @@ class ToolCallRecord(BaseModel):
     ended_at: datetime | None = None
     duration_ms: int | None = None
     repeats: int = 1
+    approved: bool = False
 
 
 class TraceTurn(BaseModel):
@@ -110,6 +141,7 @@ class TraceTurn(BaseModel):
     cost_usd: float | None
     latency_ms: int
     attempt: int
+    context_dropped: int = 0
 
 
 class SessionStatus(BaseModel):
@@ -122,6 +154,10 @@ class SessionStatus(BaseModel):
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     answer: str | None = None
     error: str | None = None
+    chat: bool = False
+    user_turns: int = 1
+    queued_messages: int = 0
+    runs: int = 1
     model: str
     user_id: str
     limits: Limits
@@ -144,3 +180,31 @@ class Decision(BaseModel):
 
 class CancelRequest(BaseModel):
     reason: str | None = Field(default=None, max_length=2000)
+
+
+class Carried(BaseModel):
+    """The whole state of a session, handed to its next run by continue-as-new."""
+
+    started_at: datetime
+    runs: int
+    messages: list[Message]
+    unsent: list[Message]
+    transcript_ref: str | None
+    specs: list[ToolSpec]
+    calls: list[ToolCallRecord]
+    trace: list[TraceTurn]
+    repeats: dict[str, int]
+    steps: int
+    usage: Usage
+    cost_usd: float | None
+    paused: bool
+    idle: bool
+    closing: bool
+    queue: list[str]
+    user_turns: int
+    answer: str | None
+    run_started_at: datetime | None
+    stream_state: WorkflowStreamState | None = None
+
+
+SessionInput.model_rebuild()
