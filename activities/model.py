@@ -26,7 +26,7 @@ from activities.context import Fitted, estimate_tokens, fit, summary_request
 from activities.data import data_dir
 from activities.errors import IncompleteResponse, PROMPT_TOO_LONG, TRANSCRIPT_MISSING, classify
 from activities.transcript import TranscriptMissing, TranscriptStore
-from activities.types import Message, ModelReply, ModelRequest, Usage
+from activities.types import Message, ModelReply, ModelRequest, ToolSpec, Usage, tool_specs_text
 
 HEARTBEAT_EVERY_S = 1.0
 # A call shorter than this publishes no deltas: the finished turn is published anyway,
@@ -81,7 +81,11 @@ class ModelActivities:
             base = self._store.load(request.transcript_ref)
         except TranscriptMissing as err:
             raise ApplicationError(str(err), type=TRANSCRIPT_MISSING, non_retryable=True) from err
-        new = [m.model_dump(mode="json", exclude_none=True) for m in request.new_messages]
+        try:
+            new = [self._store.resolve(m.model_dump(mode="json", exclude_none=True)) for m in request.new_messages]
+            request = self._with_tools(request)
+        except TranscriptMissing as err:
+            raise ApplicationError(str(err), type=TRANSCRIPT_MISSING, non_retryable=True) from err
         messages = base + new
         ref = self._store.extend(request.transcript_ref, new, messages)
         attempt = activity.info().attempt
@@ -134,6 +138,14 @@ class ModelActivities:
             attempt=attempt,
             context_dropped=len(fitted.dropped),
         )
+
+    def _with_tools(self, request: ModelRequest) -> ModelRequest:
+        """The request with its tool specs, stored the first time and read back after."""
+        if request.tools is not None:
+            self._store.put_blob(tool_specs_text(request.tools)[0])
+            return request
+        specs = json.loads(self._store.get_blob(request.tools_ref))
+        return request.model_copy(update={"tools": [ToolSpec.model_validate(t) for t in specs]})
 
     async def _send(self, params: dict[str, Any], request: ModelRequest, attempt: int, started: float):
         if request.stream:

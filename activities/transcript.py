@@ -71,6 +71,38 @@ class TranscriptStore:
             self._cache.popitem(last=False)
         return ref
 
+    def put_blob(self, text: str) -> str:
+        """Store a text by its SHA-256; returns the hash."""
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        path = self._root / "blobs" / digest[:2] / digest
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        return digest
+
+    def get_blob(self, digest: str) -> str:
+        try:
+            return (self._root / "blobs" / digest[:2] / digest).read_text(encoding="utf-8")
+        except FileNotFoundError as err:
+            raise TranscriptMissing(f"blob {digest} is not in {self._root}") from err
+
+    def resolve(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A message with every `content_ref` replaced by the stored content."""
+        blocks = message.get("content")
+        if not isinstance(blocks, list) or not any("content_ref" in b for b in blocks):
+            return message
+        resolved = []
+        for block in blocks:
+            if "content_ref" in block:
+                ref = block["content_ref"]
+                block = {k: v for k, v in block.items() if k != "content_ref"}
+                block["content"] = self.get_blob(ref)
+            resolved.append(block)
+        return {**message, "content": resolved}
+
     def note(self, key: str) -> str | None:
         """A derived text kept beside the transcripts (a summary), or None."""
         try:

@@ -8,6 +8,8 @@ converts at the edge.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
@@ -112,6 +114,12 @@ class ToolSpec(BaseModel):
         return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
 
 
+def tool_specs_text(specs: list[ToolSpec]) -> tuple[str, str]:
+    """The canonical text of a tool list and its SHA-256, the same in workflow and activity."""
+    text = json.dumps([s.model_dump(mode="json") for s in specs], sort_keys=True, ensure_ascii=False)
+    return text, hashlib.sha256(text.encode()).hexdigest()
+
+
 class ModelRequest(BaseModel):
     """One model call. The transcript travels by reference; only new messages are inline."""
 
@@ -120,8 +128,12 @@ class ModelRequest(BaseModel):
     model: str
     system: str
     max_tokens: int
-    tools: list[ToolSpec]
+    # The tool specs go inline once; later calls name them by their content hash.
+    tools: list[ToolSpec] | None
+    tools_ref: str
     transcript_ref: str | None = None
+    # Tool results may carry `content_ref` instead of their content (stored by the tool
+    # activity), so a tool's output is recorded in history once, not twice.
     new_messages: list[Message]
     stream: bool = True
     context_tokens: int = 200_000
@@ -151,6 +163,8 @@ class ToolRequest(BaseModel):
 
 class ToolOutcome(BaseModel):
     content: str
+    # Set when the content is also in the transcript store under this hash.
+    content_ref: str | None = None
     is_error: bool = False
     truncated_chars: int = 0
     duration_ms: int = 0

@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
         ToolUseBlock,
         Usage,
+        tool_specs_text,
     )
     from workflows import search
     from workflows.types import (
@@ -155,6 +156,7 @@ class AgentWorkflow:
         self.user_turns = carried.user_turns
         self.answer = carried.answer
         self.run_started_at = carried.run_started_at
+        self._tools_sent = False  # each run sends the tool specs inline once
 
     # ---- the session: runs, and in a chat the waits between them -----------------------
 
@@ -334,15 +336,17 @@ class AgentWorkflow:
 
     async def _call_model(self) -> ModelReply:
         step = self.steps + 1
+        tools_ref = tool_specs_text(self.specs)[1]
         request = ModelRequest(
             session_id=self.session_id,
             step=step,
             model=self.input.model,
             system=self.input.system,
             max_tokens=self.input.limits.max_tokens,
-            tools=self.specs,
+            tools=None if self._tools_sent else self.specs,
+            tools_ref=tools_ref,
             transcript_ref=self.transcript_ref,
-            new_messages=self.unsent,
+            new_messages=[self._by_reference(m) for m in self.unsent],
             stream=self.input.stream,
             context_tokens=self.input.limits.context_tokens,
             summarize_dropped=self.input.summarize_dropped,
@@ -355,14 +359,33 @@ class AgentWorkflow:
             if _error_type(err) != TRANSCRIPT_MISSING:
                 raise _Finished("failed", error=_describe_failure(err, "model call")) from err
             # The store lost the transcript: send it whole, once.
-            request = request.model_copy(update={"transcript_ref": None, "new_messages": self.messages})
+            request = request.model_copy(
+                update={"transcript_ref": None, "new_messages": self.messages, "tools": self.specs}
+            )
             try:
                 reply = await self._model_activity(request)
             except ActivityError as err2:
                 raise _Finished("failed", error=_describe_failure(err2, "model call")) from err2
         self.transcript_ref = reply.transcript_ref
         self.unsent = []
+        self._tools_sent = True
         return reply
+
+    def _by_reference(self, message: Message) -> Message:
+        """The message with long tool outputs named by the hash the tool activity stored them under."""
+        if message.role != "user" or not any(
+            isinstance(b, ToolResultBlock) and self._output_ref(b) for b in message.content
+        ):
+            return message
+        blocks: list[Any] = []
+        for block in message.content:
+            ref = self._output_ref(block) if isinstance(block, ToolResultBlock) else None
+            blocks.append(block.model_copy(update={"content": "", "content_ref": ref}) if ref else block)
+        return Message(role=message.role, content=blocks)
+
+    def _output_ref(self, block: ToolResultBlock) -> str | None:
+        call = self.calls.get(block.tool_use_id)
+        return call.output_ref if call is not None and call.output == block.content else None
 
     async def _model_activity(self, request: ModelRequest) -> ModelReply:
         return await workflow.execute_activity(
@@ -498,6 +521,7 @@ class AgentWorkflow:
             self._close_call(call, "cancelled", "cancelled before it finished")
             raise
         content = outcome.content
+        call.output_ref = outcome.content_ref
         if call.repeats >= REPEAT_NOTE_AT:
             content += (
                 f"\n[note: this exact call ({call.name} with the same input) has now been made "

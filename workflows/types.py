@@ -126,6 +126,7 @@ class ToolCallRecord(BaseModel):
     duration_ms: int | None = None
     repeats: int = 1
     approved: bool = False
+    output_ref: str | None = None  # the output's hash in the transcript store
 
 
 class TraceTurn(BaseModel):
