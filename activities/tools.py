@@ -205,6 +205,9 @@ class ToolActivities:
             content, is_error = f"{type(err).__name__}: {err}", True
         finally:
             beat.cancel()
+        # Text decoded with surrogateescape (file names, subprocess output) cannot be
+        # encoded as UTF-8 for history: escape those characters, or the result never arrives.
+        content = content.encode("utf-8", "backslashreplace").decode("utf-8")
         content, cut = truncate(content, request.max_output)
         return ToolOutcome(
             content=content,
