@@ -1,0 +1,70 @@
+"""What every contender shares: the tool, the scripted model turns, small statistics."""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from typing import Any
+
+MODEL = "claude-sonnet-4-6"
+GOAL = "Look things up, one lookup per step, then answer."
+SYSTEM = "You are a careful assistant. Use the tools when they help, then answer briefly."
+TOOL_NAME = "lookup"
+TOOL_DESCRIPTION = "Look up a query and return what is known about it."
+TOOL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"query": {"type": "string"}, "size": {"type": "integer", "default": 64}},
+    "required": ["query"],
+    "additionalProperties": False,
+}
+SMALL_OUTPUT = 64
+WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november ".split()
+
+
+def lookup_text(query: str, size: int = SMALL_OUTPUT) -> str:
+    """The tool's work, the same in every contender: `size` characters of text unique to the query."""
+    seed = hashlib.sha256(query.encode()).hexdigest()
+    parts = [f"{query}: {seed}"]
+    total = len(parts[0])
+    i = int(seed[:8], 16)
+    while total < size:
+        word = WORDS[i % len(WORDS)]
+        parts.append(word)
+        total += len(word) + 1
+        i = i * 1103515245 + 12345 & 0x7FFFFFFF
+    return " ".join(parts)[:size]
+
+
+def script_turns(session: str, steps: int, size: int) -> list[dict[str, Any]]:
+    """`steps` model turns that each ask for one tool call, then an answer."""
+    turns: list[dict[str, Any]] = [
+        {
+            "text": f"Step {i}: looking it up.",
+            "tool_calls": [{"name": TOOL_NAME, "input": {"query": f"{session} q{i}", "size": size}}],
+            "usage": {"input_tokens": 100, "output_tokens": 20},
+        }
+        for i in range(1, steps + 1)
+    ]
+    turns.append({"text": "Done: everything was looked up.", "usage": {"input_tokens": 100, "output_tokens": 10}})
+    return turns
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
+    return ordered[rank - 1]
+
+
+def intervals(times: list[float]) -> list[float]:
+    ordered = sorted(times)
+    return [b - a for a, b in zip(ordered, ordered[1:])]
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    clean = [v for v in values if v == v]
+    if not clean:
+        return (float("nan"),) * 3  # type: ignore[return-value]
+    return min(clean), statistics.median(clean), max(clean)

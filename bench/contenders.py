@@ -1,0 +1,289 @@
+"""The contenders as the harness drives them: start sessions, wait, collect what they did."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+
+from bench.common import GOAL, MODEL, SYSTEM, script_turns
+from bench.procs import Child
+
+LABELS = {
+    "plain": "plain loop (no durability)",
+    "floor": "Temporal floor",
+    "project": "this project (regular activities)",
+    "project-local": "this project (tool as local activity)",
+    "pydantic-ai": "Pydantic AI TemporalAgent",
+}
+SHORT = {
+    "plain": "plain",
+    "floor": "floor",
+    "project": "project",
+    "project-local": "project-local",
+    "pydantic-ai": "pydantic-ai",
+}
+CORE = ["plain", "floor", "project", "project-local"]
+OPTIONAL = ["pydantic-ai"]
+
+
+@dataclass
+class Outcome:
+    session: str
+    ok: bool
+    error: str | None = None
+    step_starts: list[float] = field(default_factory=list)  # when each model call began
+    history_json_bytes: int | None = None
+    history_proto_bytes: int | None = None
+    history_events: int | None = None
+    transcript_bytes: int | None = None
+    runs: int | None = None  # workflow runs in the chain (continue-as-new)
+    largest_run_json: int | None = None
+
+
+@dataclass
+class Batch:
+    wall_s: float
+    outcomes: list[Outcome]
+    peak_rss_mb: float | None
+
+
+class FakeModel:
+    def __init__(self, url: str):
+        self.url = url
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("content-type", "application/json")
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return json.loads(resp.read())
+
+    def script(self, sessions: list[tuple[str, int, int]]) -> None:
+        for session, steps, size in sessions:
+            self._call("POST", "/_script", {"session": session, "turns": script_turns(session, steps, size)})
+
+    def starts(self) -> dict[str, list[float]]:
+        found: dict[str, list[float]] = {}
+        for r in self._call("GET", "/_requests"):
+            found.setdefault(r["session"], []).append(r["at"])
+        return found
+
+    def reset(self) -> None:
+        self._call("POST", "/_reset", {})
+
+
+class Contender:
+    key: str
+
+    def __init__(self, key: str, child: Child, queue: str):
+        self.key, self.child, self.queue = key, child, queue
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.key]
+
+    async def run(self, sessions: list[tuple[str, int, int]], fake: FakeModel, timeout: float,
+                  history: bool = False) -> Batch:  # fmt: skip
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self.child.stop()
+
+
+class PlainContender(Contender):
+    async def run(self, sessions, fake, timeout, history=False):
+        await asyncio.to_thread(fake.script, sessions)
+        self.child.reset_peak()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert self.child.process.stdin and self.child.process.stdout
+        self.child.process.stdin.write(json.dumps({"sessions": sessions}) + "\n")
+        self.child.process.stdin.flush()
+        line = await asyncio.wait_for(asyncio.to_thread(self.child.process.stdout.readline), timeout)
+        wall = loop.time() - started
+        peak = self.child.peak_rss_mb()
+        answer = json.loads(line)
+        starts = await asyncio.to_thread(fake.starts)
+        await asyncio.to_thread(fake.reset)
+        outcomes = []
+        for session, _, _ in sessions:
+            error = answer["errors"].get(session)
+            outcomes.append(
+                Outcome(session, error is None, error, starts.get(session, []),
+                        transcript_bytes=answer["transcript_bytes"].get(session))  # fmt: skip
+            )
+        return Batch(wall, outcomes, peak)
+
+
+class TemporalContender(Contender):
+    def __init__(self, key: str, child: Child, queue: str, client: Client):
+        super().__init__(key, child, queue)
+        self.client = client
+
+    async def start(self, session: str, steps: int, size: int) -> WorkflowHandle:
+        raise NotImplementedError
+
+    def check(self, result: Any, steps: int) -> str | None:
+        return None
+
+    def own_starts(self, result: Any) -> list[float] | None:
+        return None
+
+    async def _measure_history(self, session: str, outcome: Outcome) -> None:
+        sizes = await _history_sizes(self.client, session)
+        (outcome.history_json_bytes, outcome.history_proto_bytes, outcome.history_events,
+         outcome.runs, outcome.largest_run_json) = sizes  # fmt: skip
+
+    async def run(self, sessions, fake, timeout, history=False):
+        await asyncio.to_thread(fake.script, sessions)
+        self.child.reset_peak()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        handles = await asyncio.gather(*(self.start(s, n, z) for s, n, z in sessions))
+
+        async def wait(handle: WorkflowHandle) -> Any:
+            try:
+                return await asyncio.wait_for(handle.result(), timeout)
+            except Exception as err:  # a failed or stuck session is reported, not fatal
+                return err
+
+        results = await asyncio.gather(*(wait(h) for h in handles))
+        wall = loop.time() - started
+        peak = self.child.peak_rss_mb()
+        starts = await asyncio.to_thread(fake.starts)
+        await asyncio.to_thread(fake.reset)
+        outcomes = []
+        for (session, steps, _), handle, result in zip(sessions, handles, results):
+            if isinstance(result, BaseException):
+                error = _describe(result)
+                try:
+                    await handle.terminate("benchmark: failed or timed out")
+                except Exception:
+                    pass
+            else:
+                error = self.check(result, steps)
+            own = None if isinstance(result, BaseException) else self.own_starts(result)
+            outcome = Outcome(session, error is None, error, own if own is not None else starts.get(session, []))
+            if history:
+                await self._measure_history(session, outcome)
+            outcomes.append(outcome)
+        return Batch(wall, outcomes, peak)
+
+
+async def _history_sizes(client: Client, session: str) -> tuple[int, int, int, int, int]:
+    """History of every run of the session (following continue-as-new back to the first):
+    total JSON bytes, total protobuf bytes, events, runs, the largest run's JSON bytes."""
+    from temporalio.api.history.v1 import History
+
+    run_id: str | None = None
+    total_json = total_proto = events = runs = largest = 0
+    while True:
+        fetched = await client.get_workflow_handle(session, run_id=run_id).fetch_history()
+        size = len(fetched.to_json().encode())
+        total_json += size
+        largest = max(largest, size)
+        total_proto += History(events=fetched.events).ByteSize()
+        events += len(fetched.events)
+        runs += 1
+        first = fetched.events[0].workflow_execution_started_event_attributes
+        run_id = first.continued_execution_run_id or None
+        if run_id is None:
+            return total_json, total_proto, events, runs, largest
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, asyncio.TimeoutError):
+        return "timed out"
+    parts = [str(err) or type(err).__name__]
+    cause = err.__cause__
+    while cause is not None:
+        parts.append(str(cause) or type(cause).__name__)
+        cause = cause.__cause__
+    return ": ".join(parts)[:300]
+
+
+class FloorContender(TemporalContender):
+    async def start(self, session, steps, size):
+        return await self.client.start_workflow("FloorWorkflow", args=[steps, size], id=session,
+                                                task_queue=self.queue)  # fmt: skip
+
+    def own_starts(self, result):
+        return list(result)
+
+    def check(self, result, steps):
+        return None if len(result) == steps + 1 else f"{len(result)} model calls, expected {steps + 1}"
+
+
+class ProjectContender(TemporalContender):
+    async def start(self, session, steps, size):
+        from client import initial_search_attributes
+        from workflows.types import Limits, SessionInput
+
+        session_input = SessionInput(
+            goal=GOAL,
+            model=MODEL,
+            system=SYSTEM,
+            limits=Limits(max_steps=steps + 1),
+            stream=False,
+            search_attributes=True,
+        )
+        return await self.client.start_workflow(
+            "AgentWorkflow", session_input, id=session, task_queue=self.queue,
+            search_attributes=initial_search_attributes(session_input),
+        )  # fmt: skip
+
+    def check(self, result, steps):
+        status = getattr(result, "status", None) or (result.get("status") if isinstance(result, dict) else None)
+        if status != "completed":
+            return f"ended {status}: {getattr(result, 'error', None) or getattr(result, 'stop_reason', None)}"
+        return None
+
+
+class PydanticAIContender(TemporalContender):
+    async def start(self, session, steps, size):
+        from bench.pai_workflow import PaiInput, PydanticAIBenchWorkflow
+
+        return await self.client.start_workflow(
+            PydanticAIBenchWorkflow.run, PaiInput(goal=GOAL, session=session), id=session, task_queue=self.queue
+        )
+
+    def check(self, result, steps):
+        return None if isinstance(result, str) and result.startswith("Done") else f"answer {result!r}"
+
+
+def new_session(prefix: str) -> str:
+    return f"bench-{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+async def make(key: str, address: str, fake_url: str, env: dict[str, str], logs: Path) -> Contender:
+    """Start the contender's process and the client that drives it."""
+    queue = f"bench-{key}-{uuid.uuid4().hex[:6]}"
+    if key == "plain":
+        child = Child(key, ["-m", "bench.plain", fake_url], env, logs / f"{key}.log", stdin=True)
+    else:
+        child = Child(key, ["-m", "bench.worker", key, address, queue, fake_url], env, logs / f"{key}.log")
+    ready = await asyncio.wait_for(asyncio.to_thread(child.wait_line), 120)
+    if ready != "ready":
+        child.stop()
+        raise RuntimeError(f"{key}: unexpected first line {ready!r}")
+    if key == "plain":
+        return PlainContender(key, child, queue)
+    if key == "floor":
+        return FloorContender(key, child, queue, await Client.connect(address))
+    if key in ("project", "project-local"):
+        from connection import connect
+
+        return ProjectContender(key, child, queue, await connect(target_host=address))
+    if key == "pydantic-ai":
+        from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
+
+        client = await Client.connect(address, plugins=[PydanticAIPlugin()])
+        return PydanticAIContender(key, child, queue, client)
+    raise ValueError(key)

