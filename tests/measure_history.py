@@ -1,0 +1,132 @@
+"""`python -m tests.measure_history`: history size against session length; writes docs/long-sessions.md.
+
+Runs sessions of 50, 100, 200 and 400 steps, each step one tool call returning 5 KB,
+through the fake model on a dev server of its own, and measures every run's event
+history as `temporal workflow show --output json` prints it (the SDK's `to_json`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import anthropic
+
+import devserver
+from activities.model import ModelActivities
+from activities.transcript import TranscriptStore
+from connection import connect
+from fakemodel import FakeModelServer
+from tests.support.tools import TOOLS
+from worker import build_worker
+from workflows.agent import AgentWorkflow
+from workflows.types import Limits, SessionHistory, SessionInput
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "long-sessions.md"
+OUTPUT_CHARS = 5000
+
+
+async def measure(client, fake: FakeModelServer, queue: str, steps: int, can_every: int) -> dict:
+    session = f"history-{steps}-{uuid.uuid4().hex[:6]}"
+    turns = [{"tool_calls": [{"name": "big_output", "input": {"chars": OUTPUT_CHARS}, "id": f"b{i}"}]} for i in range(steps)]
+    fake.script.set(session, [*turns, {"text": "done"}])
+    limits = Limits(max_steps=steps + 1, token_budget=10**12, continue_as_new_after_steps=can_every)
+    started = time.monotonic()
+    handle = await client.start_workflow(
+        AgentWorkflow.run, SessionInput(goal="measure", limits=limits), id=session, task_queue=queue
+    )
+    result = await handle.result()
+    seconds = time.monotonic() - started
+    assert result.status == "completed", result
+    history = await handle.query("history", result_type=SessionHistory)
+    transcript = sum(len(json.dumps(m.model_dump(mode="json"))) for m in history.messages)
+    total, stored, runs = 0, 0, 0
+    async for execution in client.list_workflows(f"WorkflowId = '{session}'"):
+        found = await client.get_workflow_handle(session, run_id=execution.run_id).fetch_history()
+        total += len(found.to_json())
+        stored += sum(e.ByteSize() for e in found.events)
+        runs += 1
+    # What re-sending the whole transcript with every model call would have recorded.
+    resend = sum(len(json.dumps([m.model_dump(mode="json") for m in history.messages[: 2 * i + 1]])) for i in range(steps + 1))
+    return {"steps": steps, "can_every": can_every, "runs": runs, "history": total, "stored": stored,
+            "transcript": transcript,
+            "resend": resend, "seconds": seconds}  # fmt: skip
+
+
+async def main(sizes: list[int]) -> None:
+    data = Path(tempfile.mkdtemp(prefix="agent-history-"))
+    os.environ["AGENT_DATA_DIR"] = str(data)
+    server = devserver.start(db_file=data / "temporal.db")
+    fake = FakeModelServer().start()
+    try:
+        client = await connect(target_host=server.address)
+        model = ModelActivities(
+            store=TranscriptStore(data / "transcripts"),
+            client=anthropic.AsyncAnthropic(base_url=fake.url, api_key="measure", max_retries=0),
+        )
+        queue = f"history-{uuid.uuid4().hex[:6]}"
+        rows = []
+        async with build_worker(client, TOOLS, queue=queue, model=model):
+            for steps in sizes:
+                rows.append(await measure(client, fake, queue, steps, can_every=10_000))
+                print(rows[-1], flush=True)
+            rows.append(await measure(client, fake, queue, max(sizes), can_every=150))
+            print(rows[-1], flush=True)
+        write_page(rows)
+    finally:
+        fake.stop()
+        server.stop()
+
+
+def write_page(rows: list[dict]) -> None:
+    mb = lambda n: f"{n / 1e6:.2f} MB"  # noqa: E731
+    lines = [
+        "# Long sessions: history size against steps",
+        "",
+        "Written by `python -m tests.measure_history` (not by hand). Each step is one model call",
+        f"and one tool call returning {OUTPUT_CHARS // 1000} KB, through the fake model on the bundled dev server.",
+        "History is every run's event history, both as Temporal stores it (protobuf bytes, what",
+        "its 50 MB history limit counts) and as `temporal workflow show --output json` prints it",
+        "(indented, payloads base64-encoded). The transcript is the conversation itself as JSON. The last",
+        "column is computed, not run: what a design that re-sends the whole conversation with every",
+        "model call would record for the same session (it grows with the square of the steps).",
+        "",
+        f"Measured {time.strftime('%Y-%m-%d', time.gmtime())} on {platform.machine()}, {os.cpu_count()} cores.",
+        "",
+        "| steps | continue-as-new | runs | stored history | per step | / transcript | history as JSON | per step | / transcript | transcript | re-sending design (JSON) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        can = "when Temporal suggests" if r["can_every"] >= 10_000 else f"every {r['can_every']} steps"
+        lines.append(
+            f"| {r['steps']} | {can} | {r['runs']} | {mb(r['stored'])} | {r['stored'] / r['steps'] / 1000:.1f} KB "
+            f"| {r['stored'] / r['transcript']:.2f} | {mb(r['history'])} | {r['history'] / r['steps'] / 1000:.1f} KB "
+            f"| {r['history'] / r['transcript']:.2f} | {mb(r['transcript'])} | {mb(r['resend'])} |"
+        )
+    lines += [
+        "",
+        "How: the model activity reads the transcript from a content-addressed store",
+        "(`activities/transcript.py`, a folder under the data directory) and gets only the new",
+        "messages; a tool output longer than 1 KB is stored by the tool activity and the next model",
+        "call names it by hash, so it is recorded once (in the tool activity's result); the tool specs",
+        "go inline once per run. Payloads over 256 KB go to Temporal external storage. Temporal's",
+        "history limits (50 MB, 51,200 events) are then reached only after thousands of steps, and",
+        "continue-as-new (every 500 steps by default, or when Temporal suggests it) starts a fresh history.",
+        "",
+    ]
+    PAGE.write_text("\n".join(lines))
+    print(f"wrote {PAGE}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m tests.measure_history", description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", default="50,100,200,400", help="comma-separated session lengths")
+    args = parser.parse_args()
+    asyncio.run(main([int(s) for s in args.steps.split(",")]))
