@@ -405,6 +405,7 @@ def _delta(index: int, delta: dict[str, Any]) -> dict[str, Any]:
 
 
 def _chunks(text: str, size: int = 24) -> list[str]:
+    size = max(size, len(text) // 500)  # a long text in at most ~500 deltas
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
