@@ -28,6 +28,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
     from temporalio.contrib.workflow_streams import WorkflowStream
 
     from activities.errors import TRANSCRIPT_MISSING
@@ -114,7 +115,9 @@ def _fmt_duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-@workflow.defn(name="AgentWorkflow")
+# Input that does not validate (a start from the CLI or UI with bad JSON) fails the
+# workflow with pydantic's message, instead of failing its first task over and over.
+@workflow.defn(name="AgentWorkflow", failure_exception_types=[ValidationError])
 class AgentWorkflow:
     @workflow.init
     def __init__(self, input: SessionInput) -> None:
