@@ -1,8 +1,10 @@
 """Fitting a transcript into the model's context window.
 
-When the whole transcript would not fit, the first user message (the goal) and the
-longest run of recent messages that fits are kept, and a note (or a summary of what was
-left out) is added to the first message. The kept tail always starts with an assistant
+When the whole transcript would not fit, the first user message (the goal) and a run of
+recent messages that fits are kept, and a note (or a summary of what was left out) is
+added to the first message. The cut moves in jumps of about half the budget rather than
+one message per step, so the kept prefix stays the same for many steps and the
+provider's prompt cache keeps serving it. The kept tail always starts with an assistant
 message, so a `tool_result` never loses the `tool_use` it answers and roles still
 alternate. Token counts are estimated at 3.5 characters of JSON per token (Anthropic's
 tokenizers average 3.5 to 4 for English and code); near the limit the model activity asks
@@ -49,12 +51,17 @@ def fit(
     if not starts:
         return Fitted(list(messages), [], total)
     tail_sizes = _suffix_sums(sizes)
-    chosen = starts[-1]  # the shortest tail, if nothing fits
-    for start in starts:
-        first = _with_note(messages[0], omission_note(start - 1, summary))
-        if fixed + estimate_tokens(first) + tail_sizes[start] <= budget:
-            chosen = start
-            break
+    shortest = starts[-1]  # if nothing fits
+    fitting = next(
+        (s for s in starts
+         if fixed + estimate_tokens(_with_note(messages[0], omission_note(s - 1, summary))) + tail_sizes[s] <= budget),
+        shortest,
+    )  # fmt: skip
+    # Quantise the cut on the (append-only, so stable) running size of the transcript.
+    quantum = max(1, budget // 2)
+    before = lambda s: tail_sizes[0] - tail_sizes[s]  # noqa: E731
+    target = math.ceil(before(fitting) / quantum) * quantum
+    chosen = next((s for s in starts if s >= fitting and before(s) >= target), fitting)
     first = _with_note(messages[0], omission_note(chosen - 1, summary))
     kept = [first, *messages[chosen:]]
     return Fitted(kept, list(messages[1:chosen]), fixed + estimate_tokens(first) + tail_sizes[chosen])

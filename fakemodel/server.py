@@ -37,6 +37,7 @@ Control endpoints, for tests: `POST /_script {"session", "turns"}`, `POST /_faul
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import struct
@@ -181,7 +182,50 @@ def _text_of(block: dict[str, Any] | None) -> str:
     return content if isinstance(content, str) else " ".join(c.get("text", "") for c in content)
 
 
-def build_message(turn: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+class PromptCache:
+    """Prompt caching as the API does it: the longest prefix that ended at a cache_control
+    breakpoint before (for the same session) is read from the cache, the rest up to the
+    last breakpoint is written, and only what follows is plain input."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: dict[str, set[str]] = {}
+
+    def usage(self, session: str, body: dict[str, Any]) -> dict[str, int]:
+        parts: list[tuple[str, bool]] = []
+        system = body.get("system")
+        blocks = [*body.get("tools", []), *([{"type": "text", "text": system}] if isinstance(system, str) else system or [])]
+        for message in body.get("messages", []):
+            content = message.get("content")
+            blocks += [{"type": "text", "text": content}] if isinstance(content, str) else content
+        for block in blocks:
+            clean = {k: v for k, v in block.items() if k != "cache_control"}
+            parts.append((json.dumps(clean, sort_keys=True), "cache_control" in block))
+        digest = hashlib.sha256()
+        tokens = read = upto = 0
+        with self.lock:
+            seen = self.seen.setdefault(session, set())
+            marks = []
+            for text, breakpoint in parts:
+                digest.update(text.encode())
+                tokens += max(1, len(text) // 4)
+                key = digest.hexdigest()
+                if key in seen:
+                    read = tokens
+                if breakpoint:
+                    upto = tokens
+                    marks.append(key)
+            seen.update(marks)
+        read = min(read, upto)
+        written = upto - read
+        return {
+            "input_tokens": max(1, tokens - read - written),
+            "cache_read_input_tokens": read,
+            "cache_creation_input_tokens": written,
+        }
+
+
+def build_message(turn: dict[str, Any], body: dict[str, Any], cached: dict[str, int] | None = None) -> dict[str, Any]:
     content: list[dict[str, Any]] = list(turn.get("content", []))
     if not content:
         if turn.get("text"):
@@ -202,6 +246,7 @@ def build_message(turn: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
         "output_tokens": max(1, len(json.dumps(content)) // 4),
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 0,
+        **(cached or {}),
     }
     usage.update(turn.get("usage", {}))
     return {
@@ -302,7 +347,7 @@ class Handler(BaseHTTPRequestHandler):
         if "raw" in turn:
             self._raw(turn["raw"].encode())
             return
-        message = build_message(turn, body)
+        message = build_message(turn, body, self.server.cache.usage(session, body))
         if turn.get("malformed") and not body.get("stream"):
             self._raw(json.dumps(message).encode()[:-20])
             return
@@ -415,6 +460,7 @@ class FakeModelHTTPServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], api_key: str | None = None):
         super().__init__(address, Handler)
         self.script = Script()
+        self.cache = PromptCache()
         self.api_key = api_key
 
 

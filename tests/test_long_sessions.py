@@ -130,3 +130,75 @@ async def test_history_grows_linearly_over_200_steps(harness: Harness):
     second = sum(e.ByteSize() for e in events[half:])
     assert second < first * 1.3, (first, second)
     assert total <= 3 * transcript, (total, transcript)
+
+
+async def test_chat_from_the_command_line(harness: Harness, dev_server, data_dir):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TEMPORAL_ADDRESS=dev_server.address, TEMPORAL_TASK_QUEUE=harness.task_queue,
+               AGENT_DATA_DIR=str(data_dir))  # fmt: skip
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "client.py", *args], env=env, capture_output=True, text=True, timeout=60)
+
+    session = "chat-cli-1"
+    harness.script(session, [answer("hello there"), answer("second reply")])
+    started = await asyncio.to_thread(cli, "start", "hi", "--session", session, "--chat")
+    assert started.returncode == 0 and started.stdout.strip() == session
+    handle = harness.client.get_workflow_handle(session)
+    await wait_for_status(handle, "waiting_input")
+    sent = await asyncio.to_thread(cli, "send", session, "and now?")
+    assert sent.returncode == 0 and "message 2 queued" in sent.stdout
+    for _ in range(100):
+        if (await handle.query("status", result_type=SessionStatus)).answer == "second reply":
+            break
+        await asyncio.sleep(0.1)
+    closed = await asyncio.to_thread(cli, "close", session)
+    assert closed.returncode == 0, closed.stderr
+    status = await asyncio.to_thread(cli, "status", session, "--json")
+    snapshot = json.loads(status.stdout)
+    assert snapshot["status"] == "completed" and snapshot["user_turns"] == 2 and snapshot["answer"] == "second reply"
+    again = await asyncio.to_thread(cli, "send", session, "too late")
+    assert again.returncode == 1 and again.stderr.count("\n") == 1 and "Traceback" not in again.stderr
+    empty = await asyncio.to_thread(cli, "send", session, "   ")
+    assert empty.returncode == 1 and "empty" in empty.stderr
+
+
+async def test_prompt_cache_is_read_across_steps(harness: Harness):
+    from workflows.pricing import price_for
+
+    price = price_for("claude-sonnet-4-6")
+    turns = [tool_use("big_output", {"chars": 2000}, id=f"c{i}") for i in range(5)]
+    handle = await harness.start([*turns, answer("ok")], price=price)
+    result = await asyncio.wait_for(handle.result(), 60)
+    trace = (await handle.query("history", result_type=SessionHistory)).trace
+    assert trace[0].usage.cache_read_input_tokens == 0 and trace[0].usage.cache_creation_input_tokens > 0
+    for before, turn in zip(trace, trace[1:]):
+        # Everything the previous call sent is read from the cache; only the new part is written.
+        seen = before.usage.cache_read_input_tokens + before.usage.cache_creation_input_tokens
+        assert turn.usage.cache_read_input_tokens >= seen
+        assert 0 < turn.usage.cache_creation_input_tokens < turn.usage.cache_read_input_tokens
+    assert result.usage.cache_read_input_tokens == sum(t.usage.cache_read_input_tokens for t in trace)
+    assert result.cost_usd == pytest.approx(sum(price.cost(t.usage) for t in trace))
+
+
+async def test_cut_context_still_hits_the_cache(harness: Harness):
+    steps = 30
+    turns = [tool_use("big_output", {"chars": 3000}, id=f"k{i}") for i in range(steps)]
+    handle = await harness.start(
+        [*turns, answer("ok")],
+        limits={"max_steps": steps + 1, "context_tokens": 12_000, "max_tokens": 1000, "token_budget": 10**9},
+    )
+    result = await asyncio.wait_for(handle.result(), 120)
+    assert result.status == "completed"
+    trace = (await handle.query("history", result_type=SessionHistory)).trace
+    cut = [t for t in trace if t.context_dropped]
+    assert len(cut) > steps // 2  # the transcript outgrew the window
+    requests = harness.requests(handle.id)
+    assert all(len(json.dumps(r["body"]["messages"])) / 3.5 < 12_000 for r in requests)
+    assert "left out to fit the context window" in json.dumps(requests[-1]["body"]["messages"][0])
+    # The cut moves in jumps, so most calls after the first cut still read a cached prefix.
+    hits = [t for t in cut if t.usage.cache_read_input_tokens > 0]
+    assert len(hits) >= 0.6 * len(cut), [(t.context_dropped, t.usage.cache_read_input_tokens) for t in cut]
