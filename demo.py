@@ -28,6 +28,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python demo.py", description=__doc__.splitlines()[0])
     parser.add_argument("goal", nargs="?", default=GOAL)
     parser.add_argument("--keep", action="store_true", help="keep the dev server running at the end")
+    parser.add_argument("--ui-port", type=int, default=8233, help="Web UI port of a dev server it starts")
     args = parser.parse_args()
     here = Path(__file__).resolve().parent
     data = data_dir()
@@ -38,8 +39,11 @@ def main() -> int:
         host, _, port = address().rpartition(":")
         if not devserver.port_open(host or "localhost", int(port)):
             print(f"No Temporal server at {address()}: starting the bundled dev server (state in {data / 'temporal.db'}).")
-            server = devserver.start(port=int(port), ui_port=8233, db_file=data / "temporal.db", log_file=data / "temporal.log")
+            server = devserver.start(
+                port=int(port), ui_port=args.ui_port, db_file=data / "temporal.db", log_file=data / "temporal.log"
+            )
             env["TEMPORAL_ADDRESS"] = server.address
+            env["TEMPORAL_UI_URL"] = f"http://localhost:{args.ui_port}"
         if not env.get("ANTHROPIC_API_KEY"):
             print("ANTHROPIC_API_KEY is not set: using the local fake model (its answers say [fake model]).")
             fake = subprocess.Popen(
