@@ -21,7 +21,13 @@ or a fault:
 - `{"cut_stream": true}`: end a stream cleanly before `message_stop`;
 - `{"malformed": true}`: a body (or, streaming, an event) that is not valid JSON;
 - `{"raw": "not json"}`: this exact body with status 200;
-- `{"content": [...raw blocks...]}`: these content blocks, unknown types included.
+- `{"content": [...raw blocks...]}`: these content blocks, unknown types included;
+- `"prompt_limit": N` on any turn: 400 "prompt is too long" while the request's messages
+  are longer than N characters of JSON; the turn waits for a request that fits.
+
+Usage emulates prompt caching: the longest prefix of a session's request that ended at a
+`cache_control` breakpoint before is counted as cache read, the rest up to the last
+breakpoint as cache write. `POST /v1/messages/count_tokens` answers an estimate.
 
 `"times": N` plays a turn N times; `"repeat": true` forever. A fault can also be set for
 every request of a session, in front of its turns: `POST /_fault {"session", "fault",
@@ -113,8 +119,13 @@ class Script:
                     "message": f"fake model: the script for session {session!r} has no turn left "
                     f"({self.used[key]} used)",
                 }
+            turn = queue[0]
+            limit = turn.get("prompt_limit")
+            if limit is not None and len(json.dumps(body.get("messages", []))) > limit:
+                # Like the API's context check: the turn stays for a request that fits.
+                return {"status": 400, "message": f"prompt is too long: more than {limit} characters"}
             self.used[key] += 1
-            turn = queue.popleft()
+            queue.popleft()
             if turn.get("repeat"):
                 queue.appendleft(turn)
             return turn

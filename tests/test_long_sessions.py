@@ -202,3 +202,15 @@ async def test_cut_context_still_hits_the_cache(harness: Harness):
     # The cut moves in jumps, so most calls after the first cut still read a cached prefix.
     hits = [t for t in cut if t.usage.cache_read_input_tokens > 0]
     assert len(hits) >= 0.6 * len(cut), [(t.context_dropped, t.usage.cache_read_input_tokens) for t in cut]
+
+
+async def test_prompt_too_long_is_answered_by_compacting(harness: Harness):
+    turns = [tool_use("big_output", {"chars": 4000}, id=f"p{i}") for i in range(4)]
+    handle = await harness.start([*turns, {**answer("fits now"), "prompt_limit": 9000}])
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed" and result.answer == "fits now"
+    last = (await handle.query("history", result_type=SessionHistory)).trace[-1]
+    assert last.context_dropped > 0
+    sizes = [len(json.dumps(r["body"]["messages"])) for r in harness.requests(handle.id)[4:]]
+    # Each retry sent less; none repeated the request that was too long.
+    assert len(sizes) >= 2 and all(b < a for a, b in zip(sizes, sizes[1:])) and sizes[-1] <= 9000
