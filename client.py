@@ -255,10 +255,14 @@ async def history(client: Client, args: argparse.Namespace) -> int:
 
 async def decide(client: Client, args: argparse.Namespace) -> int:
     handle = session_handle(client, args.session)
+    try:
+        decision = Decision(tool_use_id=args.tool_use_id, reason=getattr(args, "reason", None))
+    except ValidationError as err:
+        raise UserError(describe_validation(err)) from None
     if args.command == "approve":
-        answer = await update(handle, "approve_call", Decision(tool_use_id=args.tool_use_id))
+        answer = await update(handle, "approve_call", decision)
     else:
-        answer = await update(handle, "deny_call", Decision(tool_use_id=args.tool_use_id, reason=args.reason))
+        answer = await update(handle, "deny_call", decision)
     print(answer)
     return 0
 
