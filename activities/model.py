@@ -184,7 +184,7 @@ class ModelActivities:
             model=request.model,
             max_tokens=min(1024, request.max_tokens),
             messages=summary_request(dropped, budget // 2),
-            extra_headers=_session_headers(request),
+            extra_headers={**_session_headers(request), "x-agent-purpose": "summary"},
         )
         text = "".join(b.text for b in reply.content if b.type == "text").strip()
         self._store.save_note(key, text)

@@ -345,7 +345,12 @@ class Handler(BaseHTTPRequestHandler):
         if expected_key and self.headers.get("x-api-key") != expected_key:
             self._json(401, _error(401, "invalid x-api-key"))
             return
-        turn = self.server.script.next_turn(session, body)
+        if self.headers.get("x-agent-purpose") == "summary":
+            # A summary of what no longer fits the context: answered without using a turn.
+            excerpt = body["messages"][0]["content"][0]["text"]
+            turn = {"text": f"{PREFIX}summary of {excerpt.count('tool_use_id')} tool results and what led to them."}
+        else:
+            turn = self.server.script.next_turn(session, body)
         if turn.get("delay"):
             time.sleep(float(turn["delay"]))
         if turn.get("drop"):

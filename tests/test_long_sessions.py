@@ -214,3 +214,23 @@ async def test_prompt_too_long_is_answered_by_compacting(harness: Harness):
     sizes = [len(json.dumps(r["body"]["messages"])) for r in harness.requests(handle.id)[4:]]
     # Each retry sent less; none repeated the request that was too long.
     assert len(sizes) >= 2 and all(b < a for a, b in zip(sizes, sizes[1:])) and sizes[-1] <= 9000
+
+
+async def test_dropped_messages_can_be_summarised(harness: Harness):
+    steps = 8
+    turns = [tool_use("big_output", {"chars": 3000}, id=f"m{i}") for i in range(steps)]
+    handle = await harness.start(
+        [*turns, answer("ok")],
+        summarize_dropped=True,
+        limits={"max_steps": steps + 1, "context_tokens": 6000, "max_tokens": 1000},
+    )
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed"
+    requests = harness.requests(handle.id)
+    summaries = [r for r in requests if "Summarise the conversation excerpt" in json.dumps(r["body"]["messages"])]
+    assert summaries, "no summary call was made"
+    first = json.dumps(requests[-1]["body"]["messages"][0])
+    assert "Summary of them: [fake model] summary of" in first
+    # One summary per cut, reused by the calls that keep the same cut.
+    cuts = {t.context_dropped for t in (await handle.query("history", result_type=SessionHistory)).trace if t.context_dropped}
+    assert len(summaries) <= len(cuts)
