@@ -43,6 +43,7 @@ from workflows.types import (
     SessionHistory,
     SessionInput,
     SessionStatus,
+    UserMessage,
 )
 
 EXIT_NOT_COMPLETED = 2
@@ -102,6 +103,10 @@ def parser() -> argparse.ArgumentParser:
     start.add_argument("--timeout", type=positive_float, help="wall-clock limit in seconds (default 3600)")
     start.add_argument("--max-tokens", type=positive_int, help="max_tokens per model call (default 4096)")
     start.add_argument("--tools", help="comma-separated tool names (default: all the worker has)")
+    start.add_argument("--chat", action="store_true", help="keep the session open for more messages")
+    start.add_argument("--idle-timeout", type=positive_float, help="a chat ends after this many idle seconds (default 86400)")
+    start.add_argument("--context-tokens", type=positive_int, help="the model's context window (default 200000)")
+    start.add_argument("--summarize-dropped", action="store_true", help="summarise what no longer fits the context")
     start.add_argument("--wait", action="store_true", help="wait for the end and print the answer")
     start.add_argument("--watch", action="store_true", help="follow the session live until it ends")
 
@@ -109,6 +114,11 @@ def parser() -> argparse.ArgumentParser:
         cmd = commands.add_parser(name, help=text)
         cmd.add_argument("session")
         cmd.add_argument("--json", action="store_true", help="print JSON")
+
+    send = commands.add_parser("send", help="send a message to a chat session")
+    send.add_argument("session")
+    send.add_argument("text")
+    commands.add_parser("close", help="end a chat session after the messages already sent").add_argument("session")
 
     approve = commands.add_parser("approve", help="approve a tool call that waits for approval")
     approve.add_argument("session")
@@ -122,6 +132,10 @@ def parser() -> argparse.ArgumentParser:
     cancel = commands.add_parser("cancel", help="cancel the session and its work in flight")
     cancel.add_argument("session")
     cancel.add_argument("--reason", help="why")
+
+    export = commands.add_parser("export", help="write the Temporal event history as JSON (replayable)")
+    export.add_argument("session")
+    export.add_argument("file", type=Path, help="where to write it ('-' for standard output)")
 
     watch = commands.add_parser("watch", help="show what happened, then follow live until the end")
     watch.add_argument("session")
@@ -149,6 +163,7 @@ async def start(client: Client, args: argparse.Namespace) -> int:
             "cost_budget_usd": args.cost_budget,
             "timeout_seconds": args.timeout,
             "max_tokens": args.max_tokens,
+            "context_tokens": args.context_tokens,
         }.items()
         if value is not None
     }
@@ -167,6 +182,9 @@ async def start(client: Client, args: argparse.Namespace) -> int:
             price=price,
             tools=[t.strip() for t in args.tools.split(",") if t.strip()] if args.tools else None,
             search_attributes=await has_search_attributes(client),
+            chat=args.chat,
+            summarize_dropped=args.summarize_dropped,
+            **({"idle_timeout_seconds": args.idle_timeout} if args.idle_timeout is not None else {}),
             **({"system": args.system} if args.system is not None else {}),
         )
     except ValidationError as err:
@@ -247,9 +265,37 @@ async def status(client: Client, args: argparse.Namespace) -> int:
 async def history(client: Client, args: argparse.Namespace) -> int:
     found = await query(session_handle(client, args.session), "history", SessionHistory)
     if args.json:
-        print(found.model_dump_json(indent=2))
+        print(json.dumps(history_document(found), indent=2, ensure_ascii=False))
     else:
         render.print_history(found)
+    return 0
+
+
+def history_document(found: SessionHistory) -> dict[str, Any]:
+    """The history as JSON: each trace turn also carries its tool calls, with `error` spelled out."""
+    document = found.model_dump(mode="json")
+    calls = {call["tool_use_id"]: call for call in document["tool_calls"]}
+    for call in calls.values():
+        call["error"] = call["output"] if call["is_error"] else None
+    for turn in document["trace"]:
+        turn["tool_calls"] = [calls[i] for i in turn["tool_use_ids"] if i in calls]
+    return document
+
+
+async def export(client: Client, args: argparse.Namespace) -> int:
+    """The workflow's event history in Temporal's JSON format (`WorkflowHistory.from_json`, replayers)."""
+    handle = session_handle(client, args.session)
+    await describe(handle)
+    found = await handle.fetch_history()
+    text = found.to_json()
+    if str(args.file) == "-":
+        print(text)
+        return 0
+    try:
+        args.file.write_text(text)
+    except OSError as err:
+        raise UserError(f"cannot write {args.file}: {err.strerror}") from None
+    print(f"wrote {len(found.events)} events of session {args.session} to {args.file}", file=sys.stderr)
     return 0
 
 
@@ -264,6 +310,21 @@ async def decide(client: Client, args: argparse.Namespace) -> int:
     else:
         answer = await update(handle, "deny_call", decision)
     print(answer)
+    return 0
+
+
+async def send(client: Client, args: argparse.Namespace) -> int:
+    try:
+        message = UserMessage(text=args.text)
+    except ValidationError as err:
+        raise UserError(describe_validation(err)) from None
+    position = await update(session_handle(client, args.session), "send_message", message, result_type=int)
+    print(f"message {position} queued for {args.session}")
+    return 0
+
+
+async def close(client: Client, args: argparse.Namespace) -> int:
+    print(await update(session_handle(client, args.session), "close_session"))
     return 0
 
 
@@ -345,9 +406,9 @@ async def query(handle: WorkflowHandle, name: str, result_type: type) -> Any:
         raise UserError(f"session {handle.id} could not answer: {err}") from None
 
 
-async def update(handle: WorkflowHandle, name: str, *args: Any) -> str:
+async def update(handle: WorkflowHandle, name: str, *args: Any, result_type: type = str) -> Any:
     try:
-        return await handle.execute_update(name, *args, result_type=str)
+        return await handle.execute_update(name, *args, result_type=result_type)
     except WorkflowUpdateFailedError as err:
         cause = err.cause
         message = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
@@ -381,6 +442,9 @@ COMMANDS = {
     "resume": control,
     "cancel": control,
     "watch": watch,
+    "send": send,
+    "close": close,
+    "export": export,
     "list": list_sessions,
 }
 

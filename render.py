@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from datetime import timedelta
 from typing import Any
 
 from rich.console import Console
+from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
@@ -113,6 +116,73 @@ def _print_approval_hint(session_id: str, tool_use_id: str, name: str, arguments
 # ---- watch -----------------------------------------------------------------------------
 
 
+def _ms(value: int | None) -> str:
+    if value is None:
+        return ""
+    return f"{value} ms" if value < 1000 else f"{value / 1000:.1f} s"
+
+
+def _num(value: int) -> str:
+    return f"{value:,}"
+
+
+def running_totals(step: int, usage: dict[str, Any], cost: float | None) -> str:
+    """`2 steps · 1,234 tokens (in 1,000 · out 234 · cache 0/0) · $0.0123`."""
+    total = sum(usage.get(k, 0) for k in
+                ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))  # fmt: skip
+    text = (
+        f"{step} step{'s' if step != 1 else ''} · {_num(total)} tokens "
+        f"(in {_num(usage['input_tokens'])} · out {_num(usage['output_tokens'])}"
+    )
+    if usage.get("cache_read_input_tokens") or usage.get("cache_creation_input_tokens"):
+        text += f" · cache read {_num(usage['cache_read_input_tokens'])} write {_num(usage['cache_creation_input_tokens'])}"
+    text += ")"
+    return text + (f" · ${cost:.4f}" if cost is not None else "")
+
+
+class _Streaming:
+    """The model's text as it streams, in a live region that a retried attempt replaces.
+
+    Only in a terminal: the region is erased when the turn is recorded, and the turn's
+    complete text is printed once in its place.
+    """
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.attempt: int | None = None
+        self.text = ""
+        self.live: Live | None = None
+
+    def add(self, step: int, attempt: int, text: str) -> None:
+        if (step, attempt) != (self.step, self.attempt):
+            self.text = ""  # a new step, or a retried attempt: its partial text is replaced
+        self.step, self.attempt = step, attempt
+        self.text += text
+        if self.live is None:
+            self.live = Live(self._render(), console=console, transient=True, auto_refresh=False)
+            self.live.start()
+        self.live.update(self._render(), refresh=True)
+
+    def _render(self) -> Text:
+        head = Text(f"step {self.step}", style="bold")
+        if self.attempt and self.attempt > 1:
+            head.append(f" (attempt {self.attempt})", style="yellow")
+        head.append(" ▍ ", style="dim")
+        body = head + Text(self.text)
+        room = max(3, console.size.height - 2)
+        lines = body.wrap(console, console.size.width)
+        if len(lines) > room:
+            lines = lines[-room:]
+        return Text("\n").join(lines)
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+        self.step = self.attempt = None
+        self.text = ""
+
+
 class Watcher:
     """Turns stream events into lines on the terminal."""
 
@@ -120,62 +190,64 @@ class Watcher:
         self.handle = handle
         self.link = link
         self.prompt = prompt and sys.stdin.isatty()
-        self.streamed: dict[int, int] = {}  # step -> attempt whose text was shown live
-        self.open_line = False
+        self.streaming = _Streaming() if console.is_terminal else None
+        self.last_text: str | None = None
         self.asked: set[str] = set()
         self.prompts: list[asyncio.Task[None]] = []
+        self.started: dict[str, str] = {}  # tool_use_id -> name, for calls still running
 
     def delta(self, event: dict[str, Any]) -> None:
-        step, attempt = event["step"], event["attempt"]
-        shown = self.streamed.get(step)
-        if shown is not None and shown != attempt:
-            console.print(f"\n[dim](attempt {attempt} of step {step}: the text above is replaced)[/]")
-        if shown != attempt:
-            self._end_line()
-            console.print(f"[bold]step {step}[/] ", end="")
-        self.streamed[step] = attempt
-        console.print(escape(event["text"]), end="")
-        self.open_line = True
+        if self.streaming is not None:
+            self.streaming.add(event["step"], event["attempt"], event["text"])
 
     def event(self, event: dict[str, Any]) -> bool:
+        """Print one event; True when it is the end of the session."""
+        if self.streaming is not None:
+            self.streaming.stop()
         kind = event["type"]
-        if kind != "turn":
-            self._end_line()
         if kind == "status":
-            console.print(f"[dim]● {event['status']}[/]")
+            console.print(f"[dim]● {event['status'].replace('_', ' ')}[/]")
         elif kind == "turn":
-            if event["step"] in self.streamed:
-                self._end_line()
-            elif event.get("text"):
-                console.print(f"[bold]step {event['step']}[/] {escape(event['text'])}")
+            text = event.get("text") or ""
+            retried = f" [yellow](attempt {event['attempt']})[/]" if event.get("attempt", 1) > 1 else ""
+            if text:
+                console.print(f"[bold]step {event['step']}[/]{retried} {escape(text)}")
+                self.last_text = text
             console.print(
-                f"[dim]  step {event['step']} · {event['stop_reason']} · so far: "
-                f"{_totals(event['usage'], event.get('cost_usd'))}[/]"
+                f"[dim]  ↳ {event['stop_reason']} · so far {running_totals(event['step'], event['usage'], event.get('cost_usd'))}[/]"
             )
         elif kind == "tool_call":
-            console.print(f"  → {event['name']} {escape(shorten(event['input'], 160))}")
+            self.started[event["tool_use_id"]] = event["name"]
+            console.print(f"  [cyan]→ {event['name']}[/] {escape(shorten(event['input'], 160))}")
         elif kind == "tool_result":
-            mark = "[green]✓[/]" if event["status"] == "done" else "[red]✗[/]"
-            took = f" ({event['duration_ms']} ms)" if event.get("duration_ms") is not None else ""
-            console.print(f"    {mark} {event['name']}{took}: {escape(shorten(event['output'], 160))}")
+            self.started.pop(event["tool_use_id"], None)
+            mark = {"done": "[green]✓[/]", "denied": "[yellow]⊘[/]"}.get(event["status"], "[red]✗[/]")
+            took = f" [dim]{_ms(event.get('duration_ms'))}[/]" if event.get("duration_ms") is not None else ""
+            state = "" if event["status"] in ("done", "error") else f" {event['status']}"
+            console.print(f"    {mark} {event['name']}{state}{took} {escape(shorten(event.get('output') or '', 160))}")
         elif kind == "approval":
             _print_approval_hint(self.handle.id, event["tool_use_id"], event["name"], event["input"])
             if self.prompt and event["tool_use_id"] not in self.asked:
                 self.asked.add(event["tool_use_id"])
                 self.prompts.append(asyncio.create_task(self._ask(event)))
         elif kind == "decision":
-            verb = "approved" if event["approved"] else "denied"
-            console.print(f"  [dim]{verb}: {event['name']} ({event['tool_use_id']})[/]")
+            verb = "[green]approved[/]" if event["approved"] else "[yellow]denied[/]"
+            why = f": {escape(event['reason'])}" if event.get("reason") else ""
+            console.print(f"  {verb} {event['name']} ({event['tool_use_id']}){why}")
+        elif kind == "answered":
+            console.print(f"[dim]● answered; waiting for the next message ({event.get('status')})[/]")
         elif kind == "end":
             style = STYLE.get(event["status"], "cyan")
             reason = f" ({event['stop_reason']})" if event.get("stop_reason") else ""
-            console.print(f"[bold {style}]{event['status']}{reason}[/]")
+            console.print(f"[bold {style}]■ {event['status']}{reason}[/]")
             if event.get("error"):
                 console.print(f"[red]error:[/] {escape(event['error'])}")
-            if event.get("answer"):
+            if event.get("answer") and event["answer"] != self.last_text:
                 console.print(f"\n{escape(event['answer'])}\n")
             console.print(f"[dim]{self.link}[/]")
-            return event["status"] == "completed"
+            return True
+        else:
+            console.print(f"[dim]● {escape(kind)}[/]")
         return False
 
     async def _ask(self, event: dict[str, Any]) -> None:
@@ -183,48 +255,54 @@ class Watcher:
         if event["tool_use_id"] not in {p.tool_use_id for p in snapshot.pending_approvals}:
             return
         answer = await asyncio.to_thread(input, f"   approve {event['name']}? [y/n] ")
-        decision = Decision(tool_use_id=event["tool_use_id"], reason=None if answer.strip().lower().startswith("y") else "denied at the prompt")
-        name = "approve_call" if answer.strip().lower().startswith("y") else "deny_call"
+        yes = answer.strip().lower().startswith("y")
+        decision = Decision(tool_use_id=event["tool_use_id"], reason=None if yes else "denied at the prompt")
         try:
-            console.print(f"   {await self.handle.execute_update(name, decision, result_type=str)}")
+            # The decision event that follows says what was recorded.
+            await self.handle.execute_update("approve_call" if yes else "deny_call", decision, result_type=str)
         except WorkflowUpdateFailedError as err:
-            console.print(f"   [red]rejected:[/] {err.cause}")
+            console.print(f"   [red]rejected:[/] {escape(str(err.cause))}")
 
-    def _end_line(self) -> None:
-        if self.open_line:
-            console.print()
-            self.open_line = False
+    def close(self) -> None:
+        if self.streaming is not None:
+            self.streaming.stop()
+        for task in self.prompts:
+            task.cancel()
+
+
+async def print_header(handle: WorkflowHandle) -> None:
+    """`watching <id>: <the goal, shortened>` from the workflow's static summary."""
+    try:
+        described = await handle.describe()
+        summary = await described.static_summary()
+    except Exception:
+        summary = None
+    console.print(f"[bold]watching {handle.id}[/]" + (f": {escape(summary)}" if summary else ""))
 
 
 async def watch(client: Client, handle: WorkflowHandle, link: str, as_json: bool = False, prompt: bool = True) -> int:
     """Follow the session's events from the beginning until it ends; exit 0 if it completed."""
     stream = WorkflowStreamClient.create(client, handle.id)
     watcher = Watcher(handle, link, prompt=prompt and not as_json)
+    if not as_json:
+        await print_header(handle)
     completed = False
     try:
-        async for item in stream.subscribe(["event", "delta"], poll_cooldown=_cooldown()):
+        async for item in stream.subscribe(["event", "delta"], poll_cooldown=timedelta(milliseconds=200)):
             event = item.data
             if as_json:
-                print(json.dumps({"topic": item.topic, "offset": item.offset, **event}), flush=True)
-                if item.topic == "event" and event["type"] == "end":
-                    completed = event["status"] == "completed"
-                    break
-                continue
-            if item.topic == "delta":
+                kind = {"type": "delta"} if item.topic == "delta" else {}
+                print(json.dumps({"topic": item.topic, "offset": item.offset, **kind, **event}), flush=True)
+            elif item.topic == "delta":
                 watcher.delta(event)
-            elif watcher.event(event) or event["type"] == "end":
-                completed = event["type"] == "end" and event["status"] == "completed"
+            else:
+                watcher.event(event)
+            if item.topic == "event" and event["type"] == "end":
+                completed = event["status"] == "completed"
                 break
     finally:
-        for task in watcher.prompts:
-            task.cancel()
+        watcher.close()
     return 0 if completed else 2
-
-
-def _cooldown():
-    from datetime import timedelta
-
-    return timedelta(milliseconds=200)
 
 
 __all__ = ["FINAL_STATUSES", "watch", "print_status", "print_history", "print_sessions", "shorten"]

@@ -491,17 +491,22 @@ class AgentWorkflow:
         if spec.requires_approval and not call.approved:
             if call.status != "waiting_approval":
                 problem = await workflow.execute_local_activity(
-                    "check_tool_input", request, result_type=str | None, start_to_close_timeout=LOCAL_TIMEOUT
+                    "check_tool_input", request, result_type=str | None, start_to_close_timeout=LOCAL_TIMEOUT,
+                    summary=f"check the input of {call.name}",
                 )
                 if problem:
                     return self._close_call(call, "error", problem)
                 call.status = "waiting_approval"
                 self._changed()
                 self._publish("approval", tool_use_id=call.tool_use_id, name=call.name, input=call.input)
-            await workflow.wait_condition(
-                lambda: call.status != "waiting_approval" or self._idle_enough_to_continue_as_new(),
-                timeout_summary=f"approval wait for {call.name}",
-            )
+            decided = lambda: call.status != "waiting_approval" or self._idle_enough_to_continue_as_new()  # noqa: E731
+            try:
+                # The timer only names the wait in the Temporal UI: the run's timeout fires first.
+                await workflow.wait_condition(
+                    decided, timeout=self._approval_timer(), timeout_summary=f"approval wait for {call.name}"
+                )
+            except asyncio.TimeoutError:
+                await workflow.wait_condition(decided)
             if call.status == "waiting_approval":
                 raise _ContinueAsNew()  # a long wait: the next run waits on
             if call.status == "denied":
@@ -552,6 +557,11 @@ class AgentWorkflow:
             summary=summary,
         )
 
+    def _approval_timer(self) -> timedelta:
+        started = self.run_started_at or workflow.now()
+        left = self.input.limits.timeout_seconds - (workflow.now() - started).total_seconds()
+        return timedelta(seconds=max(0.0, left) + 60)
+
     def _idle_enough_to_continue_as_new(self) -> bool:
         """Continue as new during approval waits only when no tool call is in flight."""
         if not self._wants_continue_as_new():
@@ -580,7 +590,8 @@ class AgentWorkflow:
 
     async def _describe_tools(self) -> list[ToolSpec]:
         specs = await workflow.execute_local_activity(
-            "describe_tools", result_type=list[ToolSpec], start_to_close_timeout=LOCAL_TIMEOUT
+            "describe_tools", result_type=list[ToolSpec], start_to_close_timeout=LOCAL_TIMEOUT,
+            summary="list the worker's tools",
         )
         if self.input.tools is not None:
             wanted = set(self.input.tools)
