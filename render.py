@@ -235,7 +235,11 @@ class Watcher:
             why = f": {escape(event['reason'])}" if event.get("reason") else ""
             console.print(f"  {verb} {event['name']} ({event['tool_use_id']}){why}")
         elif kind == "answered":
-            console.print(f"[dim]● answered; waiting for the next message ({event.get('status')})[/]")
+            console.print(f"[dim]● waiting for the next message: python client.py send {self.handle.id} \"...\"[/]")
+        elif kind == "user_message":
+            console.print(f"[bold]you ({event['turn']})[/] {escape(shorten(event['text'], 400))}")
+        elif kind == "continued":
+            console.print(f"[dim]● continued as new (run {event['run']}, after {event['steps']} steps)[/]")
         elif kind == "end":
             style = STYLE.get(event["status"], "cyan")
             reason = f" ({event['stop_reason']})" if event.get("stop_reason") else ""
