@@ -342,7 +342,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _answer(self, session: str, body: dict[str, Any]) -> None:
         expected_key = self.server.api_key
-        if expected_key and self.headers.get("x-api-key") != expected_key:
+        bearer = (self.headers.get("authorization") or "").removeprefix("Bearer ")
+        if expected_key and expected_key not in (self.headers.get("x-api-key"), bearer):
             self._json(401, _error(401, "invalid x-api-key"))
             return
         if self.headers.get("x-agent-purpose") == "summary":
