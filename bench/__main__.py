@@ -34,6 +34,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--only", help="comma-separated contenders (default: all available)")
     parser.add_argument("--scenarios", default="single,many,history", help="which scenarios to run")
     parser.add_argument("--reps", type=int, help="repetitions of the timed scenarios")
+    parser.add_argument("--many-reps", type=int, help="repetitions of the many-sessions scenario")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     return parser.parse_args()
 
@@ -56,6 +57,8 @@ async def run(args: argparse.Namespace) -> Path:
     cfg = scenarios.QUICK if args.quick else scenarios.Config()
     if args.reps:
         cfg = replace(cfg, single_reps=args.reps, many_reps=args.reps)
+    if args.many_reps:
+        cfg = replace(cfg, many_reps=args.many_reps)
     which = {s.strip() for s in args.scenarios.split(",")}
     work = Path(tempfile.mkdtemp(prefix="bench-"))
     env = {**os.environ, "AGENT_DATA_DIR": str(work / "data"), "PYTHONPATH": str(ROOT),
@@ -98,7 +101,8 @@ async def run(args: argparse.Namespace) -> Path:
         if server is not None:
             server.stop()
     meta = {
-        "command": "python -m bench" + (" --quick" if args.quick else "") + (f" --only {args.only}" if args.only else ""),
+        "command": "python -m bench" + (" --quick" if args.quick else "")
+        + (f" --many-reps {args.many_reps}" if args.many_reps else "") + (f" --only {args.only}" if args.only else ""),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "duration_s": time.monotonic() - started,
         "quick": args.quick,
