@@ -1,0 +1,236 @@
+"""`python -m tests.record_histories`: record the event histories that tests/test_replay.py
+replays, one file per scenario under tests/histories/.
+
+It starts its own dev server (no database file), the fake Messages API and a worker with
+the test tools, runs each scenario to its end and writes `fetch_history().to_json()`.
+Re-record after a deliberate change to the workflow's command sequence, and keep the old
+files beside the new ones (rename them `<scenario>-<date>.json`) while sessions started
+before the change may still be running: those must go on replaying, behind
+`workflow.patched()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import tempfile
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HISTORIES = Path(__file__).resolve().parent / "histories"
+EMAIL = {"to": "team@example.com", "subject": "Summary", "body": "All done."}
+
+
+def tool_use(name: str, input: dict | None = None, id: str | None = None) -> dict:
+    return {"tool_calls": [{"name": name, "input": input or {}, "id": id}]}
+
+
+def answer(text: str, **extra) -> dict:
+    return {"text": text, **extra}
+
+
+async def wait_for(handle, status: str, timeout: float = 30) -> None:
+    from workflows.types import SessionStatus
+
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (await handle.query("status", result_type=SessionStatus)).status != status:
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"session {handle.id} never reached {status}")
+        await asyncio.sleep(0.1)
+
+
+# Each scenario: (turns, SessionInput fields, what to do while it runs).
+Steer = Callable[[object], Awaitable[None]]
+
+
+async def nothing(handle) -> None:
+    return None
+
+
+async def approve(handle) -> None:
+    from workflows.types import Decision
+
+    await wait_for(handle, "waiting_approval")
+    await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
+
+
+async def approve_by_signal(handle) -> None:
+    from workflows.types import Decision
+
+    await wait_for(handle, "waiting_approval")
+    await handle.signal("approve", Decision(tool_use_id="unknown"))  # ignored
+    await handle.signal("approve", Decision(tool_use_id="e1"))
+
+
+async def deny(handle) -> None:
+    from workflows.types import Decision
+
+    await wait_for(handle, "waiting_approval")
+    await handle.execute_update("deny_call", Decision(tool_use_id="e1", reason="not today"), result_type=str)
+
+
+async def cancel_during_tool(handle) -> None:
+    await asyncio.sleep(1.5)
+    await handle.execute_update("cancel_session", {"reason": "changed my mind"}, result_type=str)
+
+
+async def cancel_during_model(handle) -> None:
+    await asyncio.sleep(0.5)
+    await handle.signal("cancel")
+
+
+async def temporal_cancel(handle) -> None:
+    await asyncio.sleep(0.5)
+    await handle.cancel()
+
+
+async def pause_resume(handle) -> None:
+    await asyncio.sleep(0.3)
+    await handle.execute_update("pause_session", result_type=str)
+    await asyncio.sleep(1.5)
+    await handle.execute_update("resume_session", result_type=str)
+
+
+async def chat(handle) -> None:
+    await wait_for(handle, "waiting_input")
+    await handle.execute_update("send_message", {"text": "and then?"}, result_type=int)
+    await asyncio.sleep(0.5)
+    await wait_for(handle, "waiting_input")
+    await handle.execute_update("close_session", result_type=str)
+
+
+SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
+    "tool_calls": (
+        [
+            {"tool_calls": [
+                {"name": "get_time", "input": {}, "id": "t1"},
+                {"name": "save_note", "input": {"title": "n", "text": "x"}, "id": "n1"},
+            ]},
+            tool_use("explode", {"message": "disk on fire"}, id="x1"),
+            tool_use("teleport", id="u1"),
+            answer("It is noon."),
+        ],
+        {},
+        nothing,
+    ),  # fmt: skip
+    "approval": ([tool_use("send_email", EMAIL, id="e1"), answer("sent")], {}, approve),
+    "approval_by_signal": ([tool_use("send_email", EMAIL, id="e1"), answer("sent")], {}, approve_by_signal),
+    "deny": ([tool_use("send_email", EMAIL, id="e1"), answer("not sent")], {}, deny),
+    "cancel_during_tool": (
+        [tool_use("wait_for_cancel", {"seconds": 30}, id="w1"), answer("never")], {}, cancel_during_tool
+    ),
+    "cancel_during_model": ([{**answer("too late"), "delay": 2}], {}, cancel_during_model),
+    "temporal_cancel": ([{**answer("too late"), "delay": 2}], {}, temporal_cancel),
+    "pause_resume": (
+        [tool_use("slow_upsert", {"key": "k", "seconds": 1}, id="s1"), answer("done")], {}, pause_resume
+    ),
+    "retries": (
+        [
+            {"status": 429, "headers": {"retry-after-ms": "500"}, "message": "rate limited"},
+            {"status": 529, "message": "Overloaded"},
+            {"cut_stream": True, "text": "partial"},
+            answer("fine"),
+        ],
+        {},
+        nothing,
+    ),
+    "terminal_failure": ([tool_use("get_time", id="t1"), {"status": 401, "message": "invalid x-api-key"}], {}, nothing),
+    "max_steps": (
+        [tool_use("save_note", {"title": f"n{i}", "text": "x"}, id=f"s{i}") for i in range(3)],
+        {"limits": {"max_steps": 2}},
+        nothing,
+    ),
+    "token_budget": (
+        [{**tool_use("get_time"), "usage": {"input_tokens": 900, "output_tokens": 200}}, answer("never")],
+        {"limits": {"token_budget": 1000}},
+        nothing,
+    ),
+    "timeout": ([{**tool_use("get_time"), "delay": 3}, answer("never")], {"limits": {"timeout_seconds": 1}}, nothing),
+    "chat": ([answer("hello"), answer("then this")], {"chat": True}, chat),
+    "continue_as_new": (
+        [tool_use("save_note", {"title": f"n{i}", "text": "x"}, id=f"s{i}") for i in range(3)] + [answer("done")],
+        {"limits": {"continue_as_new_after_steps": 2}},
+        nothing,
+    ),
+    "model_timeout": (
+        [{"stall": 6, "text": "late"}, answer("on time")], {"limits": {"model_timeout_seconds": 2}}, nothing
+    ),
+}
+
+
+async def record(names: list[str], out: Path) -> None:
+    import anthropic
+
+    import devserver
+    from activities.model import ModelActivities
+    from activities.transcript import TranscriptStore
+    from connection import connect
+    from fakemodel import FakeModelServer
+    from tests.support.tools import TOOLS
+    from worker import build_worker
+    from workflows.agent import AgentWorkflow
+    from workflows.types import Limits, SessionInput
+
+    logging.getLogger("temporalio").setLevel(logging.CRITICAL)  # expected activity failures
+    data = Path(tempfile.mkdtemp(prefix="record-histories-"))
+    os.environ["AGENT_DATA_DIR"] = str(data)
+    server = devserver.start(log_file=data / "temporal.log")
+    model = FakeModelServer().start()
+    try:
+        client = await connect(target_host=server.address)
+        queue = f"record-{uuid.uuid4().hex[:8]}"
+        activities = ModelActivities(
+            store=TranscriptStore(data / "transcripts"),
+            client=anthropic.AsyncAnthropic(base_url=model.url, api_key="record", max_retries=0),
+        )
+        async with build_worker(client, TOOLS, queue=queue, model=activities):
+            for name in names:
+                turns, fields, steer = SCENARIOS[name]
+                session_id = f"replay-{name}"
+                model.script.set(session_id, turns)
+                fields = dict(fields)
+                limits = Limits(**fields.pop("limits", {}))
+                handle = await client.start_workflow(
+                    AgentWorkflow.run,
+                    SessionInput(goal=f"scenario {name}", limits=limits, **fields),
+                    id=session_id,
+                    task_queue=queue,
+                )
+                await steer(handle)
+                result = await asyncio.wait_for(handle.result(), 60)
+                first = client.get_workflow_handle(session_id, run_id=handle.first_execution_run_id)
+                runs = [await first.fetch_history()]
+                latest = await client.get_workflow_handle(session_id).fetch_history()
+                if latest.run_id != runs[0].run_id:
+                    runs.append(latest)  # continued as new: the last run too
+                out.mkdir(parents=True, exist_ok=True)
+                for index, history in enumerate(runs):
+                    path = out / (f"{name}.json" if index == 0 else f"{name}-last-run.json")
+                    path.write_text(json.dumps(json.loads(history.to_json()), indent=1) + "\n")
+                    print(f"{path}: {result.status} {result.stop_reason or ''} "
+                          f"({len(history.events)} events)")  # fmt: skip
+    finally:
+        model.stop()
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.record_histories", description=__doc__.splitlines()[0])
+    parser.add_argument("scenarios", nargs="*", help=f"default: all ({', '.join(SCENARIOS)})")
+    parser.add_argument("--out", type=Path, default=HISTORIES)
+    args = parser.parse_args()
+    unknown = [n for n in args.scenarios if n not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario {unknown[0]!r}")
+    sys.path.insert(0, str(ROOT))
+    asyncio.run(record(args.scenarios or list(SCENARIOS), args.out))
+
+
+if __name__ == "__main__":
+    main()

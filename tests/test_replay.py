@@ -1,0 +1,38 @@
+"""Determinism: every recorded history under tests/histories/ replays against the current
+workflow code. A change that would break running sessions (a different command sequence
+without `workflow.patched()`) fails here. Re-record with `python -m tests.record_histories`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from tests.record_histories import SCENARIOS
+from tests.support.reliability import record
+from workflows.agent import AgentWorkflow
+
+HISTORIES = Path(__file__).resolve().parent / "histories"
+FILES = sorted(HISTORIES.glob("*.json"))
+
+
+def test_every_scenario_has_a_recorded_history():
+    recorded = {p.stem for p in FILES}
+    assert set(SCENARIOS) <= recorded, f"not recorded: {sorted(set(SCENARIOS) - recorded)}"
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+async def test_history_replays(path: Path):
+    raw = json.loads(path.read_text())
+    history = WorkflowHistory.from_json(f"replay-{path.stem}", raw)
+    replayer = Replayer(workflows=[AgentWorkflow], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+    record("Determinism", f"replay of the recorded `{path.stem}` history",
+           "replays with the current workflow code, no non-determinism",
+           {"events": len(raw["events"])})
