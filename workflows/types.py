@@ -6,7 +6,6 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
-
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from activities.types import Message, ToolPolicy, ToolSpec, Usage
