@@ -1,0 +1,321 @@
+"""Worker crashes: real `python worker.py` processes killed with kill -9 by their PID.
+
+Each test runs sessions on worker processes of its own task queue (the session-wide dev
+server and fake model from conftest), kills a worker in the middle of something, and
+shows what the session did next. With the default timeouts, a dead worker's activity is
+noticed when its heartbeat stops (`HEARTBEAT_TIMEOUT`, 10 s, in workflows/agent.py); a
+retried activity starts again after the first retry interval (1 s).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from temporalio.api.enums.v1 import TimeoutType
+from temporalio.client import Client
+
+from fakemodel import FakeModelServer
+from tests.conftest import answer, tool_use
+from tests.support.procs import (
+    Event,
+    ProcessHarness,
+    Workers,
+    effects_of,
+    events_of,
+    first_after,
+    result_of,
+    wait_for_effects,
+    wait_for_model_request,
+    wait_for_status,
+    wait_until,
+)
+from tests.support.reliability import record
+from workflows.agent import HEARTBEAT_TIMEOUT
+from workflows.types import Decision, SessionHistory
+
+pytestmark = pytest.mark.process
+
+AREA = "Worker crashes (kill -9)"
+HEARTBEAT_S = HEARTBEAT_TIMEOUT.total_seconds()
+FIRST_RETRY_S = 1.0  # initial_interval of the model and idempotent-tool retry policies
+# The bound asserted for recovery: the heartbeat timeout, the first retry interval, and
+# room for a workflow task on a loaded two-core machine.
+RECOVERY_BOUND_S = 20.0
+STICKY_TIMEOUT_S = 10.0  # the Python SDK worker's sticky_queue_schedule_to_start_timeout default
+
+
+@pytest_asyncio.fixture
+async def procs(
+    client: Client, dev_server, fake_model: FakeModelServer, data_dir: Path, tmp_path: Path
+) -> AsyncIterator[ProcessHarness]:
+    workers = Workers(address=dev_server.address, model_url=fake_model.url, data_dir=data_dir, log_dir=tmp_path)
+    harness = ProcessHarness(client, fake_model, workers)
+    try:
+        yield harness
+    finally:
+        await harness.close()
+        print(workers.logs())  # shown by pytest when the test failed
+
+
+def _secs(value: float) -> str:
+    return f"{value:.1f} s"
+
+
+async def test_kill_during_at_most_once_tool_never_runs_it_again(procs: ProcessHarness):
+    first = await procs.worker()
+    handle = await procs.start(
+        [tool_use("slow_charge", {"amount": 5, "seconds": 4}, id="c1"), answer("Told the user.")]
+    )
+    await wait_for_effects(handle.id, "slow_charge")
+    killed_at = first.kill()
+    second = await procs.worker()
+
+    result = await result_of(handle)
+    assert result.status == "completed" and result.answer == "Told the user."
+    runs = effects_of(handle.id, "slow_charge")
+    assert len(runs) == 1, runs
+    assert runs[0]["pid"] == first.pid and runs[0]["idempotency_key"] == f"{handle.id}:c1"
+
+    second_call = procs.requests(handle.id, step=2)
+    assert len(second_call) == 1
+    tool_result = second_call[0]["body"]["messages"][-1]["content"][0]
+    assert tool_result["type"] == "tool_result" and tool_result["tool_use_id"] == "c1"
+    assert tool_result["is_error"] is True
+    text = tool_result["content"] if isinstance(tool_result["content"], str) else tool_result["content"][0]["text"]
+    assert "interrupted, not run again" in text and "heartbeat" in text
+    assert "charged" not in text
+
+    history = await handle.query("history", result_type=SessionHistory)
+    call = history.tool_calls[0]
+    assert call.status == "error" and "interrupted, not run again" in (call.output or "")
+
+    events = await events_of(handle)
+    timed_out = first_after(events, killed_at, "ACTIVITY_TASK_TIMED_OUT", "run_tool")
+    next_step = first_after(events, killed_at, "ACTIVITY_TASK_SCHEDULED", "call_model")
+    detected, recovered = timed_out.epoch - killed_at, next_step.epoch - killed_at
+    # Bounded by the heartbeat timeout: no sooner than the last heartbeat allows, no later
+    # than the bound (there is no retry for an at-most-once call).
+    assert HEARTBEAT_S - 1.5 <= detected <= RECOVERY_BOUND_S, detected
+    assert recovered < RECOVERY_BOUND_S, recovered
+    assert second.alive()
+    record(
+        AREA,
+        "kill -9 during an at-most-once tool call (`slow_charge`), new worker started",
+        "the tool ran once; the model got the error result \"interrupted, not run again\"; the session completed",
+        {
+            "kill to timeout (heartbeat timeout 10 s)": _secs(detected),
+            "kill to next model call scheduled": _secs(recovered),
+        },
+    )
+
+
+async def test_kill_during_model_call_calls_it_again_once(procs: ProcessHarness):
+    first = await procs.worker()
+    handle = await procs.start(
+        [
+            tool_use("get_time", id="t1"),
+            {**answer("answer from the attempt that died"), "delay": 6},
+            answer("answer from the retry"),
+        ]
+    )
+    [lost] = await wait_for_model_request(procs.fake_model, handle.id, step=2)
+    killed_at = first.kill()
+    second = await procs.worker()
+
+    result = await result_of(handle)
+    assert result.status == "completed" and result.answer == "answer from the retry"
+    assert result.steps == 2
+    calls = procs.requests(handle.id, step=2)
+    assert len(calls) == 2, "the interrupted model call was not made again exactly once"
+    retry = calls[1]
+    assert retry["at"] > killed_at
+    assert retry["body"]["messages"] == lost["body"]["messages"]  # the same transcript, resent
+
+    history = await handle.query("history", result_type=SessionHistory)
+    assert [m.role for m in history.messages] == ["user", "assistant", "user", "assistant"]
+    assert [t.step for t in history.trace] == [1, 2]
+    assert history.trace[1].attempt == 2
+    assert "attempt that died" not in history.model_dump_json()
+
+    events = await events_of(handle)
+    retry_started = retry["at"] - killed_at
+    completed = first_after(events, killed_at, "ACTIVITY_TASK_COMPLETED", "call_model")
+    assert retry_started < RECOVERY_BOUND_S, retry_started
+    assert second.alive()
+    record(
+        AREA,
+        "kill -9 during a model call, new worker started",
+        "the call was made again (attempt 2) with the same transcript; one assistant message for the step",
+        {
+            "kill to model call made again (heartbeat timeout 10 s + retry 1 s)": _secs(retry_started),
+            "kill to step recorded": _secs(completed.epoch - killed_at),
+        },
+    )
+
+
+async def test_kill_during_idempotent_tool_runs_it_again_with_the_same_key(procs: ProcessHarness):
+    first = await procs.worker()
+    handle = await procs.start(
+        [tool_use("slow_upsert", {"key": "k1", "seconds": 2}, id="u1"), answer("Saved.")]
+    )
+    await wait_for_effects(handle.id, "slow_upsert")
+    killed_at = first.kill()
+    second = await procs.worker()
+
+    result = await result_of(handle)
+    assert result.status == "completed" and result.answer == "Saved."
+    runs = effects_of(handle.id, "slow_upsert")
+    assert len(runs) == 2, runs
+    assert {r["idempotency_key"] for r in runs} == {f"{handle.id}:u1"}
+    assert [r["pid"] for r in runs] == [first.pid, second.pid]
+    tool_result = procs.requests(handle.id, step=2)[0]["body"]["messages"][-1]["content"][0]
+    assert not tool_result.get("is_error")
+    text = tool_result["content"] if isinstance(tool_result["content"], str) else tool_result["content"][0]["text"]
+    assert text == "upserted k1"
+
+    rerun = runs[1]["at"] - killed_at
+    events = await events_of(handle)
+    next_step = first_after(events, killed_at, "ACTIVITY_TASK_SCHEDULED", "call_model")
+    # The heartbeat timeout notices the dead worker; the retry waits the first interval.
+    assert HEARTBEAT_S + FIRST_RETRY_S - 1.5 <= rerun < RECOVERY_BOUND_S, rerun
+    record(
+        AREA,
+        "kill -9 during an idempotent tool call (`slow_upsert`), new worker started",
+        "the tool ran again on the new worker with the same idempotency key; the session completed",
+        {
+            "kill to tool run again (heartbeat timeout 10 s + retry 1 s)": _secs(rerun),
+            "kill to next model call scheduled (tool takes 2 s)": _secs(next_step.epoch - killed_at),
+        },
+    )
+
+
+async def test_kill_while_waiting_for_approval(procs: ProcessHarness):
+    first = await procs.worker()
+    email = {"to": "a@example.com", "subject": "hi", "body": "x"}
+    handle = await procs.start([tool_use("send_email", email, id="e1"), answer("Sent.")])
+    await wait_for_status(handle, "waiting_approval")
+    killed_at = first.kill()
+    second = await procs.worker()
+    assert effects_of(handle.id) == []
+
+    asked = time.monotonic()
+    reply = await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
+    answered = time.monotonic() - asked
+    assert reply == "approved send_email (e1)"
+    result = await result_of(handle)
+    assert result.status == "completed" and result.answer == "Sent."
+    runs = effects_of(handle.id, "send_email")
+    assert len(runs) == 1 and runs[0]["pid"] == second.pid
+    # The first workflow task after the kill goes to the dead worker's sticky queue and
+    # waits there until its schedule-to-start timeout (the worker's 10 s default) moves
+    # it to the task queue every worker polls.
+    assert answered < STICKY_TIMEOUT_S + 5, answered
+    sticky = _sticky_wait(await events_of(handle), killed_at)
+    record(
+        AREA,
+        "kill -9 while the session waits for an approval; approve sent to the new worker",
+        "the approval was recorded and the email sent once, by the new worker; the session completed",
+        {"approve answered after": _secs(answered), "of which on the dead worker's sticky queue": _secs(sticky)},
+    )
+
+
+async def test_kill_while_paused(procs: ProcessHarness):
+    first = await procs.worker()
+    handle = await procs.start(
+        [{**tool_use("slow_upsert", {"key": "p1", "seconds": 0}, id="u1"), "delay": 1}, answer("Done.")]
+    )
+    await wait_for_model_request(procs.fake_model, handle.id, step=1)
+    assert await handle.execute_update("pause_session", result_type=str) == "paused"
+
+    async def tool_gated() -> bool:
+        history = await handle.query("history", result_type=SessionHistory)
+        return history.status.steps == 1 and history.status.status == "paused"
+
+    await wait_until(tool_gated, timeout=20, what="the first reply recorded while paused")
+    first.kill()
+    second = await procs.worker()
+
+    asked = time.monotonic()
+    snapshot = await wait_for_status(handle, "paused")
+    queried = time.monotonic() - asked
+    assert snapshot.steps == 1
+    assert effects_of(handle.id) == [], "a tool ran while the session was paused"
+    assert len(procs.requests(handle.id)) == 1
+    asked = time.monotonic()
+    assert await handle.execute_update("resume_session", result_type=str) == "resumed"
+    answered = time.monotonic() - asked
+    result = await result_of(handle)
+    assert result.status == "completed" and result.answer == "Done."
+    runs = effects_of(handle.id, "slow_upsert")
+    assert len(runs) == 1 and runs[0]["pid"] == second.pid
+    assert queried + answered < STICKY_TIMEOUT_S + 5, (queried, answered)
+    record(
+        AREA,
+        "kill -9 while the session is paused; resume sent to the new worker",
+        "still paused on the new worker (nothing ran); after resume the tool ran once and the session completed",
+        {"first status query answered after": _secs(queried), "resume answered after": _secs(answered)},
+    )
+
+
+def _sticky_wait(events: list[Event], since: float) -> float:
+    """Seconds workflow tasks spent on a dead worker's sticky queue before timing out."""
+    scheduled = {e.id: e for e in events if e.type == "WORKFLOW_TASK_SCHEDULED"}
+    waited = 0.0
+    for event in events:
+        if event.type == "WORKFLOW_TASK_TIMED_OUT" and event.epoch >= since:
+            attrs = event.raw.workflow_task_timed_out_event_attributes
+            if attrs.timeout_type == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START:
+                waited += event.epoch - scheduled[attrs.scheduled_event_id].epoch
+    return waited
+
+
+async def test_two_workers_one_killed_the_other_finishes(procs: ProcessHarness):
+    workers = await procs.worker_pool(2)
+    handle = await procs.start(
+        [tool_use("slow_upsert", {"key": "k2", "seconds": 2}, id="u2"), answer("Done.")]
+    )
+    [run] = await wait_for_effects(handle.id, "slow_upsert")
+    victim = next(w for w in workers if w.pid == run["pid"])
+    survivor = next(w for w in workers if w is not victim)
+    killed_at = victim.kill()
+
+    result = await result_of(handle)
+    assert result.status == "completed" and result.answer == "Done."
+    runs = effects_of(handle.id, "slow_upsert")
+    assert [r["pid"] for r in runs] == [victim.pid, survivor.pid]
+    assert survivor.alive() and len(procs.workers.started) == 2  # no worker was started after the kill
+    assert runs[1]["at"] - killed_at < RECOVERY_BOUND_S
+    record(
+        AREA,
+        "two workers on one task queue, the one running the tool killed",
+        "the other worker ran the tool again and finished the session",
+        {"kill to tool run again (heartbeat timeout 10 s + retry 1 s)": _secs(runs[1]["at"] - killed_at)},
+    )
+
+
+async def test_no_polling_delay_between_steps(procs: ProcessHarness):
+    """On a normal run the next step starts as soon as the previous one ends."""
+    await procs.worker()
+    turns = [tool_use("slow_upsert", {"key": f"k{i}", "seconds": 0}, id=f"u{i}") for i in range(3)] + [answer("ok")]
+    handle = await procs.start(turns)
+    result = await result_of(handle)
+    assert result.status == "completed" and result.steps == 4
+    events = await events_of(handle)
+    gaps = []
+    for index, event in enumerate(events):
+        if event.type == "ACTIVITY_TASK_COMPLETED" and event.activity == "run_tool":
+            following = next(e for e in events[index:] if e.type == "ACTIVITY_TASK_SCHEDULED")
+            assert following.activity == "call_model"
+            gaps.append(following.epoch - event.epoch)
+    assert len(gaps) == 3
+    assert max(gaps) < 0.5, gaps
+    record(
+        "Step latency",
+        "none: tool result to the next model call, worker process on a local dev server",
+        "the next model call is scheduled in the workflow task that records the tool result (no polling)",
+        {"gap (max of 3)": f"{max(gaps) * 1000:.0f} ms"},
+    )
