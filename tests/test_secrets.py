@@ -32,11 +32,15 @@ AREA = "Secrets and trust"
 
 async def test_api_key_is_nowhere_in_history_ui_fields_or_logs(client: Client, dev_server, data_dir: Path, tmp_path):
     key = f"sk-ant-api03-SECRET{uuid.uuid4().hex}XYZ"
+    # The worker also authenticates to Temporal with an API key (the dev server accepts any;
+    # TLS off because it serves plain gRPC on loopback).
+    temporal_key = f"tmprl-SECRET{uuid.uuid4().hex}KEY"
     model = FakeModelServer(api_key=key).start()  # answers 401 to any other key
     queue = f"secrets-{uuid.uuid4().hex[:8]}"
     log = tmp_path / "worker.log"
     env = {**os.environ, "ANTHROPIC_API_KEY": key, "ANTHROPIC_BASE_URL": model.url,
-           "TEMPORAL_ADDRESS": dev_server.address, "TEMPORAL_TASK_QUEUE": queue, "AGENT_DATA_DIR": str(data_dir)}
+           "TEMPORAL_ADDRESS": dev_server.address, "TEMPORAL_TASK_QUEUE": queue, "AGENT_DATA_DIR": str(data_dir),
+           "TEMPORAL_API_KEY": temporal_key, "TEMPORAL_TLS": "false"}
     env.pop("TEMPORAL_PROFILE", None)
     with open(log, "wb") as out:
         worker = subprocess.Popen([sys.executable, "worker.py"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -49,7 +53,7 @@ async def test_api_key_is_nowhere_in_history_ui_fields_or_logs(client: Client, d
             for sid in (ok_id, failing_id)
         ]
         ok, failing = [await asyncio.wait_for(h.result(), 90) for h in handles]
-        assert ok.status == "completed"  # the fake server accepted the key: the worker really used it
+        assert ok.status == "completed", ok.error  # the fake server accepted the key: the worker really used it
         assert failing.status == "failed" and failing.error == "model 401: invalid x-api-key"
         searched = []
         for handle in handles:
@@ -72,9 +76,10 @@ async def test_api_key_is_nowhere_in_history_ui_fields_or_logs(client: Client, d
     searched.append(logs)
     assert "worker on task queue" in logs  # the log is real
     for text in searched:
-        assert key not in text and key[7:30] not in text
-    record(AREA, "a distinctive ANTHROPIC_API_KEY, a session that succeeds and one that fails with 401",
-           "the key is in no history event (raw or decoded), no UI field (summary, details, memo), "
+        for secret in (key, temporal_key):
+            assert secret not in text and secret[5:30] not in text
+    record(AREA, "a distinctive ANTHROPIC_API_KEY and TEMPORAL_API_KEY; a session that succeeds, one that "
+           "fails with 401", "neither key is in any history event (raw or decoded), no UI field (summary, details, memo), "
            "no query result, no external payload and no worker log line",
            {"places searched": len(searched), "bytes searched": f"{sum(len(t) for t in searched):,}"})
 

@@ -86,6 +86,16 @@ def merge(old: list[Row], new: list[Row], ran: dict[str, str]) -> list[Row]:
     return merged
 
 
+def _place(row: Row) -> tuple[str, int]:
+    """Where the row's test is defined: its file, then its position in the file."""
+    file, _, name = row.test.partition("::")
+    name = name.split("[")[0]
+    try:
+        return file, (ROOT / file).read_text().find(f"def {name}(")
+    except OSError:
+        return file, -1
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -94,7 +104,7 @@ def write_page(page: Path = PAGE, data: Path = DATA) -> None:
     """Merge this run's rows into the JSON file and regenerate the page from it."""
     if not RAN and not ROWS:
         return
-    rows = merge(load(data), ROWS, RAN)
+    rows = sorted(merge(load(data), ROWS, RAN), key=_place)  # stable: a test's rows keep their order
     failed = sorted(t for t, outcome in RAN.items() if outcome == "failed")
     data.parent.mkdir(parents=True, exist_ok=True)
     data.write_text(json.dumps({"rows": [asdict(r) for r in rows]}, indent=1, ensure_ascii=False) + "\n")
