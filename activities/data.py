@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,17 @@ def data_dir() -> Path:
     path = Path(os.environ.get("AGENT_DATA_DIR", ".agent-data")).resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def write_once(path: Path, data: bytes) -> None:
+    """Write a content-addressed file atomically; an existing one already holds the same bytes."""
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:

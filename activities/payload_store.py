@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,6 +21,8 @@ from temporalio.converter import (
     StorageDriverRetrieveContext,
     StorageDriverStoreContext,
 )
+
+from activities.data import write_once
 
 
 class LocalFileDriver(StorageDriver):
@@ -47,13 +47,7 @@ class LocalFileDriver(StorageDriver):
         for payload in payloads:
             data = payload.SerializeToString(deterministic=True)
             digest = hashlib.sha256(data).hexdigest()
-            path = self._path(digest)
-            if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                os.replace(tmp, path)
+            write_once(self._path(digest), data)
             claims.append(StorageDriverClaim(claim_data={"sha256": digest}))
         return claims
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
+
+from activities.data import write_once
 
 
 class TranscriptMissing(LookupError):
@@ -58,13 +58,7 @@ class TranscriptStore:
             return parent
         body = json.dumps({"parent": parent, "messages": messages}, sort_keys=True, ensure_ascii=False)
         ref = hashlib.sha256(body.encode()).hexdigest()
-        path = self._path(ref)
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(body)
-            os.replace(tmp, path)
+        write_once(self._path(ref), body.encode())
         self._cache[ref] = full
         self._cache.move_to_end(ref)
         while len(self._cache) > self._cache_size:
@@ -74,13 +68,7 @@ class TranscriptStore:
     def put_blob(self, text: str) -> str:
         """Store a text by its SHA-256; returns the hash."""
         digest = hashlib.sha256(text.encode()).hexdigest()
-        path = self._root / "blobs" / digest[:2] / digest
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
+        write_once(self._root / "blobs" / digest[:2] / digest, text.encode())
         return digest
 
     def get_blob(self, digest: str) -> str:
@@ -111,9 +99,5 @@ class TranscriptStore:
             return None
 
     def save_note(self, key: str, text: str) -> None:
-        path = self._root / "notes" / f"{key}.txt"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        # Keyed by what was summarised: the first summary written is the one later calls read.
+        write_once(self._root / "notes" / f"{key}.txt", text.encode())
