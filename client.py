@@ -102,6 +102,7 @@ def parser() -> argparse.ArgumentParser:
     start.add_argument("--cost-budget", type=positive_float, help="most USD (needs prices for the model)")
     start.add_argument("--timeout", type=positive_float, help="wall-clock limit in seconds (default 3600)")
     start.add_argument("--max-tokens", type=positive_int, help="max_tokens per model call (default 4096)")
+    start.add_argument("--model-timeout", type=positive_float, help="seconds one model call attempt may take (default 120)")
     start.add_argument("--tools", help="comma-separated tool names (default: all the worker has)")
     start.add_argument("--chat", action="store_true", help="keep the session open for more messages")
     start.add_argument("--idle-timeout", type=positive_float, help="a chat ends after this many idle seconds (default 86400)")
@@ -164,6 +165,7 @@ async def start(client: Client, args: argparse.Namespace) -> int:
             "timeout_seconds": args.timeout,
             "max_tokens": args.max_tokens,
             "context_tokens": args.context_tokens,
+            "model_timeout_seconds": args.model_timeout,
         }.items()
         if value is not None
     }
