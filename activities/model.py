@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import time
 from datetime import timedelta
 from typing import Any
@@ -24,7 +25,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.context import Fitted, estimate_tokens, fit, summary_request
 from activities.data import data_dir
-from activities.errors import IncompleteResponse, PROMPT_TOO_LONG, TRANSCRIPT_MISSING, classify
+from activities.errors import MODEL_TERMINAL, PROMPT_TOO_LONG, TRANSCRIPT_MISSING, IncompleteResponse, classify
 from activities.transcript import TranscriptMissing, TranscriptStore
 from activities.types import Message, ModelReply, ModelRequest, ToolSpec, Usage, tool_specs_text
 
@@ -71,6 +72,13 @@ class ModelActivities:
 
     def _anthropic(self) -> anthropic.AsyncAnthropic:
         if self._client is None:
+            if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
+                # No retry can fix this: fail the session with what to do.
+                raise ApplicationError(
+                    "ANTHROPIC_API_KEY is not set in the worker's environment; set it and restart the worker",
+                    type=MODEL_TERMINAL,
+                    non_retryable=True,
+                )
             self._client = anthropic.AsyncAnthropic(max_retries=0, timeout=httpx_timeout())
         return self._client
 
