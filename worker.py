@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import importlib
 import logging
+import os
 import sys
 from datetime import timedelta
 
@@ -61,6 +62,8 @@ async def main() -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
     worker = build_worker(client, load_tools(args.tools))
+    if not os.environ.get("ANTHROPIC_API_KEY"):
+        logging.warning("ANTHROPIC_API_KEY is not set: model calls will fail until it is")
     logging.info("worker on task queue %s", task_queue())
     await worker.run()
 
