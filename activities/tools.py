@@ -223,6 +223,7 @@ class ToolActivities:
 
 
 async def _heartbeat_forever(ctx: ToolContext) -> None:
+    # First beat after one interval: a tool that returns within it costs no heartbeat.
     while True:
-        ctx.heartbeat()
         await asyncio.sleep(HEARTBEAT_EVERY_S)
+        ctx.heartbeat()
