@@ -3,6 +3,17 @@
 Connect, build the Worker, run it: nothing else. The model's API key is read by the
 model activity from this process's environment. `--tools module:NAME` runs another
 list of tools (default: the example tools in activities/example_tools.py).
+
+The session workflow runs outside Temporal's workflow sandbox. The sandbox re-imports
+the workflow's modules for every workflow it starts, and runs every activation, and the
+serialization context of every payload, through `exec` behind import and builtin
+proxies: with 200 sessions at once that was about a quarter of this worker's CPU (see
+bench/analysis.md). What it guards against, non-deterministic calls in workflow code
+and module state shared between workflows, is guarded here by the code's rules (no I/O,
+no clock but `workflow.now()`, no mutable module state in workflows/) and by the replay
+tests, which replay every recorded history inside the sandbox. `--sandbox` (or
+`AGENT_WORKFLOW_SANDBOX=1`) runs the worker sandboxed, for example while changing the
+workflow code.
 """
 
 from __future__ import annotations
@@ -16,7 +27,7 @@ import sys
 from datetime import timedelta
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.model import ModelActivities
 from activities.tools import Tool, ToolActivities
@@ -36,9 +47,19 @@ def build_worker(
     tools: list[Tool],
     queue: str | None = None,
     model: ModelActivities | None = None,
+    *,
+    sandboxed: bool | None = None,
     **options,
 ) -> Worker:
-    """The worker with the session workflow, the model activity and the tool activities."""
+    """The worker with the session workflow, the model activity and the tool activities.
+
+    `sandboxed` (default: on if `AGENT_WORKFLOW_SANDBOX=1` is set, else off) runs the
+    workflow inside Temporal's sandbox; see the module's docstring.
+    """
+    if sandboxed is None:
+        sandboxed = os.environ.get("AGENT_WORKFLOW_SANDBOX", "") not in ("", "0")
+    if not sandboxed:
+        options.setdefault("workflow_runner", UnsandboxedWorkflowRunner())
     return Worker(
         client,
         task_queue=queue or task_queue(),
@@ -54,6 +75,7 @@ def build_worker(
 async def main() -> None:
     parser = argparse.ArgumentParser(prog="python worker.py", description=__doc__.splitlines()[0])
     parser.add_argument("--tools", default=DEFAULT_TOOLS, help="module:NAME of a list of tools")
+    parser.add_argument("--sandbox", action="store_true", help="run the workflow in Temporal's sandbox")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -61,7 +83,7 @@ async def main() -> None:
     except Unreachable as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
-    worker = build_worker(client, load_tools(args.tools))
+    worker = build_worker(client, load_tools(args.tools), sandboxed=args.sandbox or None)
     if not os.environ.get("ANTHROPIC_API_KEY"):
         logging.warning("ANTHROPIC_API_KEY is not set: model calls will fail until it is")
     logging.info("worker on task queue %s", task_queue())
