@@ -69,6 +69,7 @@ class ModelActivities:
     def __init__(self, store: TranscriptStore | None = None, client: anthropic.AsyncAnthropic | None = None):
         self._store = store or TranscriptStore(data_dir() / "transcripts")
         self._client = client
+        self._specs: dict[str, list[ToolSpec]] = {}  # tool specs by their hash: read once
 
     def _anthropic(self) -> anthropic.AsyncAnthropic:
         if self._client is None:
@@ -95,7 +96,6 @@ class ModelActivities:
         except TranscriptMissing as err:
             raise ApplicationError(str(err), type=TRANSCRIPT_MISSING, non_retryable=True) from err
         messages = base + new
-        ref = self._store.extend(request.transcript_ref, new, messages)
         attempt = activity.info().attempt
         started = time.monotonic()
         beat = asyncio.create_task(_heartbeat_forever())
@@ -135,7 +135,8 @@ class ModelActivities:
             {"role": "assistant", "content": [b.model_dump(mode="json", exclude_none=True) for b in final.content]}
         )
         dumped = message.model_dump(mode="json", exclude_none=True)
-        ref = self._store.extend(ref, [dumped], messages + [dumped])
+        # One segment per call: the new messages and the reply (one file, one cache entry).
+        ref = self._store.extend(request.transcript_ref, [*new, dumped], messages + [dumped])
         return ModelReply(
             message=message,
             stop_reason=final.stop_reason,
@@ -152,8 +153,13 @@ class ModelActivities:
         if request.tools is not None:
             self._store.put_blob(tool_specs_text(request.tools)[0])
             return request
-        specs = json.loads(self._store.get_blob(request.tools_ref))
-        return request.model_copy(update={"tools": [ToolSpec.model_validate(t) for t in specs]})
+        specs = self._specs.get(request.tools_ref)
+        if specs is None:
+            specs = [ToolSpec.model_validate(t) for t in json.loads(self._store.get_blob(request.tools_ref))]
+            if len(self._specs) >= 64:
+                self._specs.clear()
+            self._specs[request.tools_ref] = specs
+        return request.model_copy(update={"tools": specs})
 
     async def _send(self, params: dict[str, Any], request: ModelRequest, attempt: int, started: float):
         if request.stream:

@@ -24,7 +24,16 @@ class TranscriptMissing(LookupError):
 
 
 class TranscriptStore:
-    def __init__(self, root: Path, cache_size: int = 256):
+    """The store, with the latest transcripts in memory.
+
+    Each model call adds one entry to the cache; an entry is a list of references to
+    message dicts that the session's earlier entries share, so it costs a few bytes per
+    message. The cache must hold at least one entry per session in flight: below that,
+    every call reads its session's chain of segments back from disk. The default matches
+    the worker's cache of workflows (`max_cached_workflows`, 1000 by default).
+    """
+
+    def __init__(self, root: Path, cache_size: int = 1024):
         self._root = root
         self._cache: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
         self._cache_size = cache_size
