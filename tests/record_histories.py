@@ -161,6 +161,12 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
     "model_timeout": (
         [{"stall": 6, "text": "late"}, answer("on time")], {"limits": {"model_timeout_seconds": 2}}, nothing
     ),
+    "search_attributes": (
+        [tool_use("save_note", {"title": f"n{i}", "text": "x"}, id=f"s{i}") for i in range(4)]
+        + [tool_use("send_email", EMAIL, id="e1"), answer("sent")],
+        {"search_attributes": True},
+        approve,
+    ),
 }
 
 
