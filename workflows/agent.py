@@ -13,7 +13,7 @@ path: it learns whether the decision was recorded).
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -82,6 +82,7 @@ class AgentWorkflow(ToolCalls, SessionControl):
         self.final: tuple[RunStatus, str | None, str | None] | None = None
         self._published_status: RunStatus | None = None
         self._indexed: tuple[Any, ...] | None = None
+        self._indexed_at: datetime | None = None
         carried = input.carried
         self.stream = WorkflowStream(prior_state=carried.stream_state if carried else None)
         self.events = self.stream.topic(EVENT_TOPIC)

@@ -6,6 +6,7 @@ A mixin of `AgentWorkflow`: it uses the session state that the workflow holds.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -25,6 +26,14 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRecord,
         UserMessage,
     )
+
+
+# A change of AgentSteps and AgentTokens alone (status, approvals and user as they were)
+# is indexed at most this often: every upsert is a write to the visibility store, and one
+# per step was the largest cost this project added to the server's work per step. Any
+# other change, and the end, index everything at once.
+COUNTS_INDEXED_EVERY = timedelta(seconds=10)
+COUNTS_THROTTLED = "search-attribute-counts-throttled"
 
 
 class SessionControl:
@@ -67,14 +76,24 @@ class SessionControl:
         self._index(status)
 
     def _index(self, status: RunStatus) -> None:
-        """Keep the search attributes current; one upsert per change, none when nothing changed."""
+        """Keep the search attributes current: one upsert per change of status, approvals or
+        user; the step and token counts alone at most every `COUNTS_INDEXED_EVERY`."""
         if not self.input.search_attributes:
             return
         waiting = sum(1 for c in self.calls.values() if c.status == "waiting_approval")
         values = (status, self.steps, self.usage.total(), waiting, self.input.user_id)
         if values == self._indexed:
             return
-        self._indexed = values
+        now = workflow.now()
+        if (
+            self._indexed is not None
+            and self._indexed_at is not None
+            and (values[0], *values[3:]) == (self._indexed[0], *self._indexed[3:])
+            and now - self._indexed_at < COUNTS_INDEXED_EVERY
+            and workflow.patched(COUNTS_THROTTLED)  # sessions started before upsert every step
+        ):
+            return
+        self._indexed, self._indexed_at = values, now
         keys = (search.AGENT_STATUS, search.AGENT_STEPS, search.AGENT_TOKENS,
                 search.AGENT_PENDING_APPROVALS, search.AGENT_USER)  # fmt: skip
         workflow.upsert_search_attributes([k.value_set(v) for k, v in zip(keys, values)])
