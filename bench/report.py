@@ -197,7 +197,9 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
     add("")
     add("All of them use the same tool (`lookup`, returning text of a requested size), the real `anthropic` "
         "client (no streaming) against the same fake server, and one worker process each with the SDK's "
-        "default worker options, on one local Temporal dev server (`temporal server start-dev`, its default in-memory store: with a database file, every step waits on disk writes and all Temporal contenders slow down alike, about 4 times here). This project runs as its client starts "
+        "default worker options (this project's as `worker.build_worker` makes it: the workflow outside "
+        "Temporal's sandbox, see bench/analysis.md; the floor's and Pydantic AI's workflows in the SDK's "
+        "default sandbox), on one local Temporal dev server (`temporal server start-dev`, its default in-memory store: with a database file, every step waits on disk writes and all Temporal contenders slow down alike, about 4 times here). This project runs as its client starts "
         "sessions on the bundled dev server (search attributes on), with `stream=False` like the others. "
         f"Each measured run starts after a {cfg.settle_s:g} s pause: run back to back, the dev server gives "
         "every contender's steps a 50 ms quantum for a few seconds after a workflow closes.")  # fmt: skip
