@@ -17,13 +17,11 @@ import time
 import uuid
 from pathlib import Path
 
-import anthropic
 
 import devserver
-from activities.model import ModelActivities
-from activities.transcript import TranscriptStore
 from connection import connect
 from fakemodel import FakeModelServer
+from tests.conftest import model_activities
 from tests.support.tools import TOOLS
 from worker import build_worker
 from workflows.agent import AgentWorkflow
@@ -67,10 +65,7 @@ async def main(sizes: list[int]) -> None:
     fake = FakeModelServer().start()
     try:
         client = await connect(target_host=server.address)
-        model = ModelActivities(
-            store=TranscriptStore(data / "transcripts"),
-            client=anthropic.AsyncAnthropic(base_url=fake.url, api_key="measure", max_retries=0),
-        )
+        model = model_activities(fake, data)
         queue = f"history-{uuid.uuid4().hex[:6]}"
         rows = []
         async with build_worker(client, TOOLS, queue=queue, model=model):

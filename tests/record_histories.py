@@ -171,11 +171,9 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
 
 
 async def record(names: list[str], out: Path) -> None:
-    import anthropic
 
     import devserver
-    from activities.model import ModelActivities
-    from activities.transcript import TranscriptStore
+    from tests.conftest import model_activities
     from connection import connect
     from fakemodel import FakeModelServer
     from tests.support.tools import TOOLS
@@ -191,10 +189,7 @@ async def record(names: list[str], out: Path) -> None:
     try:
         client = await connect(target_host=server.address)
         queue = f"record-{uuid.uuid4().hex[:8]}"
-        activities = ModelActivities(
-            store=TranscriptStore(data / "transcripts"),
-            client=anthropic.AsyncAnthropic(base_url=model.url, api_key="record", max_retries=0),
-        )
+        activities = model_activities(model, data)
         async with build_worker(client, TOOLS, queue=queue, model=activities):
             for name in names:
                 turns, fields, steer = SCENARIOS[name]
