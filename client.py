@@ -30,8 +30,8 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-import render
-from connection import Unreachable, connect, task_queue
+from plumbing import render
+from plumbing.connection import Unreachable, connect, task_queue
 from workflows import search
 from workflows.agent import AgentWorkflow
 from workflows.pricing import PRICES, price_for

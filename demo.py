@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-import devserver
+from plumbing import devserver
 from activities.data import data_dir
-from connection import address
+from plumbing.connection import address
 
 GOAL = "Find out what time it is, note it down, and email the team a one-line summary."
 

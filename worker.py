@@ -31,7 +31,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.model import ModelActivities
 from activities.tools import Tool, ToolActivities
-from connection import Unreachable, connect, task_queue
+from plumbing.connection import Unreachable, connect, task_queue
 from workflows.agent import AgentWorkflow
 
 DEFAULT_TOOLS = "activities.example_tools:TOOLS"

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import typing
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 
 class TextBlock(BaseModel):
@@ -140,9 +141,18 @@ class ModelRequest(BaseModel):
     summarize_dropped: bool = False
 
 
+# Why a model response ended, the same for every provider. The workflow acts on these
+# alone: `tool_use` runs the tools, `pause_turn` calls again, `end_turn` is an answer,
+# `max_tokens` and `refusal` stop the run; `other` stops it too, as `unknown`.
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal", "pause_turn", "other"]
+STOP_REASONS: tuple[str, ...] = typing.get_args(StopReason)
+
+
 class ModelReply(BaseModel):
+    """A provider's response, normalised: neutral content blocks, stop reason and usage."""
+
     message: Message
-    stop_reason: str | None
+    stop_reason: StopReason
     usage: Usage
     model: str
     transcript_ref: str
@@ -150,6 +160,24 @@ class ModelReply(BaseModel):
     attempt: int = 1
     # Messages left out of this call to fit the context window (the transcript keeps them).
     context_dropped: int = 0
+
+    @field_validator("stop_reason", mode="before")
+    @classmethod
+    def _normalised(cls, value: Any) -> str:
+        # Replies recorded before the provider seam carry Anthropic's own spellings.
+        if value == "stop_sequence":
+            return "end_turn"
+        return value if value in STOP_REASONS else "other"
+
+
+class TextDelta(BaseModel):
+    """Streamed model text, published by the model activity while a call runs."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["delta"] = "delta"
+    step: int
+    attempt: int = 1
+    text: str
 
 
 class ToolRequest(BaseModel):

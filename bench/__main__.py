@@ -21,7 +21,7 @@ from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-import devserver
+from plumbing import devserver
 from bench import report, scenarios
 from bench.contenders import CORE, OPTIONAL, FakeModel, make
 from bench.procs import ROOT, Child

@@ -281,7 +281,7 @@ async def make(key: str, address: str, fake_url: str, env: dict[str, str], logs:
     if key == "floor":
         return FloorContender(key, child, queue, await Client.connect(address))
     if key in ("project", "project-local"):
-        from connection import connect
+        from plumbing.connection import connect
 
         return ProjectContender(key, child, queue, await connect(target_host=address))
     if key == "pydantic-ai":

@@ -109,7 +109,7 @@ def versions() -> list[str]:
         except metadata.PackageNotFoundError:
             lines.append(f"- {name}: not installed")
     try:
-        import devserver
+        from plumbing import devserver
 
         out = subprocess.run([devserver.temporal_binary(), "--version"], capture_output=True, text=True, timeout=20)
         lines.append(f"- Temporal CLI / dev server: {out.stdout.strip()}")

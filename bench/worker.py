@@ -29,7 +29,7 @@ async def build(contender: str, address: str, queue: str, fake_url: str) -> Work
         from activities.model import ModelActivities
         from activities.transcript import TranscriptStore
         from bench.project_tools import LOCAL, REGULAR
-        from connection import connect
+        from plumbing.connection import connect
         from worker import build_worker
 
         client = await connect(target_host=address)

@@ -16,10 +16,10 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client, WorkflowHandle
 
-import devserver
+from plumbing import devserver
 from activities.model import ModelActivities
 from activities.transcript import TranscriptStore
-from connection import connect
+from plumbing.connection import connect
 from fakemodel import FakeModelServer
 from tests.support.tools import TOOLS
 from worker import build_worker

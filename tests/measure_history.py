@@ -18,8 +18,8 @@ import uuid
 from pathlib import Path
 
 
-import devserver
-from connection import connect
+from plumbing import devserver
+from plumbing.connection import connect
 from fakemodel import FakeModelServer
 from tests.conftest import model_activities
 from tests.support.tools import TOOLS

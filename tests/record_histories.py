@@ -172,9 +172,9 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
 
 async def record(names: list[str], out: Path) -> None:
 
-    import devserver
+    from plumbing import devserver
     from tests.conftest import model_activities
-    from connection import connect
+    from plumbing.connection import connect
     from fakemodel import FakeModelServer
     from tests.support.tools import TOOLS
     from worker import build_worker

@@ -14,7 +14,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 
-import devserver
+from plumbing import devserver
 from activities.data import read_effects
 from tests.conftest import ROOT, Harness, answer, tool_use
 from tests.support.reliability import record

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from activities.data import read_effects
-from devserver import free_port
+from plumbing.devserver import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

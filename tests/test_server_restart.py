@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-import devserver
-from connection import connect
+from plumbing import devserver
+from plumbing.connection import connect
 from fakemodel import FakeModelServer
 from tests.conftest import answer, tool_use
 from tests.support.procs import (

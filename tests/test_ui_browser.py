@@ -20,8 +20,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-import devserver
-from connection import connect
+from plumbing import devserver
+from plumbing.connection import connect
 from fakemodel import FakeModelServer
 from tests.conftest import OUTPUT, ROOT, answer, model_activities, tool_use
 from tests.support.tools import TOOLS

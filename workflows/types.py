@@ -22,8 +22,10 @@ RunStatus = Literal[
 ]
 FINAL_STATUSES = ("completed", "stopped", "failed", "cancelled")
 StopReason = Literal["max_steps", "token_budget", "timeout", "cost_budget", "max_tokens", "refusal"]
+# `unknown`: an at-most-once call was interrupted; it may have taken effect, and it is
+# never run again.
 CallStatus = Literal[
-    "pending", "waiting_approval", "running", "done", "error", "denied", "cancelled", "not_run"
+    "pending", "waiting_approval", "running", "done", "error", "denied", "cancelled", "not_run", "unknown"
 ]
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
@@ -125,7 +127,14 @@ class ToolCallRecord(BaseModel):
     duration_ms: int | None = None
     repeats: int = 1
     approved: bool = False
+    # The input a person approved instead of the model's `input`: what the tool ran with.
+    approved_input: dict[str, Any] | None = None
+    decided_by: str | None = None
     output_ref: str | None = None  # the output's hash in the transcript store
+
+    def run_input(self) -> dict[str, Any]:
+        """The input the tool runs with: the approved edit, or the model's own."""
+        return self.approved_input if self.approved_input is not None else self.input
 
 
 class TraceTurn(BaseModel):
@@ -174,12 +183,19 @@ class SessionHistory(BaseModel):
 
 
 class Decision(BaseModel):
+    """A person's decision on a tool call that waits for approval."""
+
     tool_use_id: str = Field(min_length=1, max_length=200)
     reason: str | None = Field(default=None, max_length=2000)
+    # Approve with this input instead of the model's (checked against the tool's schema).
+    input: dict[str, Any] | None = None
+    # Who decided: the API user, or the CLI's --as; None for a bare signal.
+    decided_by: str | None = Field(default=None, max_length=200)
 
 
 class CancelRequest(BaseModel):
     reason: str | None = Field(default=None, max_length=2000)
+    decided_by: str | None = Field(default=None, max_length=200)
 
 
 class Carried(BaseModel):

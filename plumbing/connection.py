@@ -17,7 +17,7 @@ from temporalio.converter import DataConverter, ExternalStorage
 from temporalio.envconfig import ClientConfigProfile
 
 from activities.data import data_dir
-from activities.payload_store import LocalFileDriver
+from plumbing.payload_store import LocalFileDriver
 
 LARGE_PAYLOAD_BYTES = 256 * 1024
 

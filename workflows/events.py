@@ -1,0 +1,134 @@
+"""The events a session publishes on its stream, defined once.
+
+Every consumer reads them through `SessionEvent`: the terminal view, `watch --json`, the
+HTTP service's Server-Sent Events. The workflow publishes them on the `event` topic; the
+model activity publishes `TextDelta` (streamed text, tagged with step and attempt) on the
+`delta` topic. Readers ignore fields they do not know, so an older reader can follow a
+session run by a newer worker.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from activities.types import TextDelta, Usage
+
+EVENT_TOPIC = "event"
+DELTA_TOPIC = "delta"
+TOPICS = [EVENT_TOPIC, DELTA_TOPIC]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    at: datetime | None = None
+
+
+class StatusChanged(_Event):
+    """The run status changed (running, paused, waiting_approval, waiting_input, ...)."""
+
+    type: Literal["status"] = "status"
+    status: str
+
+
+class TurnRecorded(_Event):
+    """A model response was recorded: its text, why it stopped, the running totals."""
+
+    type: Literal["turn"] = "turn"
+    step: int
+    text: str = ""
+    stop_reason: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float | None = None
+    attempt: int = 1
+
+
+class ToolCallStarted(_Event):
+    type: Literal["tool_call"] = "tool_call"
+    tool_use_id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolCallEnded(_Event):
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    name: str
+    status: str
+    output: str | None = None
+    duration_ms: int | None = None
+
+
+class ApprovalRequested(_Event):
+    type: Literal["approval"] = "approval"
+    tool_use_id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class DecisionRecorded(_Event):
+    type: Literal["decision"] = "decision"
+    tool_use_id: str
+    name: str
+    approved: bool
+    reason: str | None = None
+    # Set when a person approved with an edited input: what the tool runs with.
+    input: dict[str, Any] | None = None
+    decided_by: str | None = None
+
+
+class Answered(_Event):
+    """A chat session answered and waits for the next message."""
+
+    type: Literal["answered"] = "answered"
+    status: str
+    stop_reason: str | None = None
+    answer: str | None = None
+
+
+class UserMessageTaken(_Event):
+    type: Literal["user_message"] = "user_message"
+    turn: int
+    text: str
+
+
+class ContinuedAsNew(_Event):
+    type: Literal["continued"] = "continued"
+    run: int
+    steps: int
+
+
+class SessionEnded(_Event):
+    type: Literal["end"] = "end"
+    status: str
+    stop_reason: str | None = None
+    error: str | None = None
+    answer: str | None = None
+
+
+SessionEvent = Annotated[
+    Union[
+        StatusChanged,
+        TurnRecorded,
+        ToolCallStarted,
+        ToolCallEnded,
+        ApprovalRequested,
+        DecisionRecorded,
+        Answered,
+        UserMessageTaken,
+        ContinuedAsNew,
+        SessionEnded,
+        TextDelta,
+    ],
+    Field(discriminator="type"),
+]
+EVENTS: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)
+
+
+def read_event(topic: str, data: Any) -> SessionEvent:
+    """One stream item as its typed event (deltas of older workers carry no `type`)."""
+    if topic == DELTA_TOPIC and isinstance(data, dict) and "type" not in data:
+        data = {**data, "type": "delta"}
+    return EVENTS.validate_python(data)
