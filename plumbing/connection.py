@@ -7,9 +7,8 @@ is a local server at localhost:7233. `TEMPORAL_TASK_QUEUE` names the task queue.
 
 from __future__ import annotations
 
-import os
-
 import dataclasses
+import os
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -17,15 +16,12 @@ from temporalio.converter import DataConverter, ExternalStorage
 from temporalio.envconfig import ClientConfigProfile
 
 from activities.data import data_dir
+from plumbing.errors import Unreachable
 from plumbing.payload_store import LocalFileDriver
 
 LARGE_PAYLOAD_BYTES = 256 * 1024
 
 DEFAULT_ADDRESS = "localhost:7233"
-
-
-class Unreachable(RuntimeError):
-    """Temporal could not be reached."""
 
 
 def task_queue() -> str:

@@ -21,6 +21,11 @@ RunStatus = Literal[
     "cancelled",
 ]
 FINAL_STATUSES = ("completed", "stopped", "failed", "cancelled")
+# Not a run status the workflow keeps: the entry points report a running session whose
+# workflow task keeps failing (a bug, a non-deterministic change) as `stuck`.
+STUCK = "stuck"
+# The error type of an update refused because an edited tool input breaks the tool's schema.
+INVALID_TOOL_INPUT = "InvalidToolInput"
 StopReason = Literal["max_steps", "token_budget", "timeout", "cost_budget", "max_tokens", "refusal"]
 # `unknown`: an at-most-once call was interrupted; it may have taken effect, and it is
 # never run again.
@@ -153,9 +158,17 @@ class TraceTurn(BaseModel):
     context_dropped: int = 0
 
 
+class StuckTask(BaseModel):
+    """Why a running session makes no progress: its workflow task fails, over and over."""
+
+    message: str
+    since: datetime
+    attempts: int
+
+
 class SessionStatus(BaseModel):
     session_id: str
-    status: RunStatus
+    status: RunStatus | Literal["stuck"]
     stop_reason: str | None = None
     steps: int = 0
     usage: Usage = Field(default_factory=Usage)
@@ -172,6 +185,7 @@ class SessionStatus(BaseModel):
     limits: Limits
     started_at: datetime
     updated_at: datetime
+    stuck: StuckTask | None = None
 
 
 class SessionHistory(BaseModel):
