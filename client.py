@@ -12,45 +12,23 @@ import json
 import os
 import sys
 import uuid
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
-from temporalio.client import (
-    Client,
-    WorkflowExecutionStatus,
-    WorkflowHandle,
-    WorkflowQueryFailedError,
-    WorkflowUpdateFailedError,
-)
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.client import Client
+from temporalio.service import RPCError
 
-from plumbing import render
-from plumbing.connection import Unreachable, connect, task_queue
-from workflows import search
+from plumbing import render, sessions
+from plumbing.watch import watch as follow
+from plumbing.connection import connect, task_queue
+from plumbing.errors import AgentError, BadRequest, Rejected, SessionExists, SessionNotFound, Unreachable
 from workflows.agent import AgentWorkflow
 from workflows.pricing import PRICES, price_for
-from workflows.types import (
-    DEFAULT_MODEL,
-    CancelRequest,
-    Decision,
-    Limits,
-    SessionHistory,
-    SessionInput,
-    SessionStatus,
-    UserMessage,
-)
+from workflows.types import DEFAULT_MODEL, CancelRequest, Decision, Limits, SessionInput, SessionStatus, UserMessage
 
 EXIT_NOT_COMPLETED = 2
-
-
-class UserError(Exception):
-    """A mistake the person can fix; printed as one line."""
+UserError = BadRequest  # a mistake the person can fix; printed as one line
 
 
 def ui_url(session_id: str, namespace: str = "default") -> str:
@@ -78,6 +56,16 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0 or value != value or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    return value
+
+
+def json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"not JSON: {err.msg} at character {err.pos}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object, like {\"to\": \"a@example.com\"}")
     return value
 
 
@@ -124,15 +112,19 @@ def parser() -> argparse.ArgumentParser:
     approve = commands.add_parser("approve", help="approve a tool call that waits for approval")
     approve.add_argument("session")
     approve.add_argument("tool_use_id")
+    approve.add_argument("--input", type=json_object, help="approve with this input instead (a JSON object)")
+    approve.add_argument("--as", dest="decided_by", default=sessions.cli_user(), help="who decides (default cli:LOGIN)")
     deny = commands.add_parser("deny", help="deny a tool call; the model is told why")
     deny.add_argument("session")
     deny.add_argument("tool_use_id")
     deny.add_argument("--reason", help="why (the model sees it)")
+    deny.add_argument("--as", dest="decided_by", default=sessions.cli_user(), help="who decides (default cli:LOGIN)")
     for name, text in [("pause", "pause between units of work"), ("resume", "resume a paused session")]:
         commands.add_parser(name, help=text).add_argument("session")
     cancel = commands.add_parser("cancel", help="cancel the session and its work in flight")
     cancel.add_argument("session")
     cancel.add_argument("--reason", help="why")
+    cancel.add_argument("--as", dest="decided_by", default=sessions.cli_user(), help="who cancels (default cli:LOGIN)")
 
     export = commands.add_parser("export", help="write the Temporal event history as JSON (replayable)")
     export.add_argument("session")
@@ -155,6 +147,28 @@ def parser() -> argparse.ArgumentParser:
 
 
 async def start(client: Client, args: argparse.Namespace) -> int:
+    session_input = await start_input(client, args)
+    session_id = args.session or f"session-{uuid.uuid4().hex[:12]}"
+    try:
+        handle = await sessions.start(
+            client, session_input, session_id, task_queue=task_queue(),
+            summary=render.shorten(session_input.goal, 200), details=render.session_details(session_input),
+        )  # fmt: skip
+    except SessionExists:
+        raise UserError(
+            f"session {session_id} already exists; follow it with: python client.py watch {session_id}"
+        ) from None
+    print(session_id, flush=True)
+    if args.watch:
+        return await follow(client, handle, ui_url(session_id, client.namespace))
+    if args.wait:
+        result: SessionStatus = await handle.result()
+        render.print_status(result, ui_url(session_id, client.namespace))
+        return 0 if result.status == "completed" else EXIT_NOT_COMPLETED
+    return 0
+
+
+async def start_input(client: Client, args: argparse.Namespace) -> SessionInput:
     goal = read_goal(args)
     limits = {
         key: value
@@ -176,14 +190,14 @@ async def start(client: Client, args: argparse.Namespace) -> int:
             f"models with prices: {', '.join(sorted(PRICES))}"
         )
     try:
-        session_input = SessionInput(
+        return SessionInput(
             goal=goal,
             user_id=args.user,
             model=args.model,
             limits=Limits(**limits),
             price=price,
             tools=[t.strip() for t in args.tools.split(",") if t.strip()] if args.tools else None,
-            search_attributes=await has_search_attributes(client),
+            search_attributes=await sessions.has_search_attributes(client),
             chat=args.chat,
             summarize_dropped=args.summarize_dropped,
             **({"idle_timeout_seconds": args.idle_timeout} if args.idle_timeout is not None else {}),
@@ -191,31 +205,6 @@ async def start(client: Client, args: argparse.Namespace) -> int:
         )
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
-    session_id = args.session or f"session-{uuid.uuid4().hex[:12]}"
-    try:
-        handle = await client.start_workflow(
-            AgentWorkflow.run,
-            session_input,
-            id=session_id,
-            task_queue=task_queue(),
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            static_summary=render.shorten(goal, 200),
-            static_details=render.session_details(session_input),
-            search_attributes=initial_search_attributes(session_input),
-        )
-    except WorkflowAlreadyStartedError:
-        raise UserError(
-            f"session {session_id} already exists; follow it with: python client.py watch {session_id}"
-        ) from None
-    print(session_id, flush=True)
-    if args.watch:
-        return await render.watch(client, handle, ui_url(session_id, client.namespace))
-    if args.wait:
-        result: SessionStatus = await handle.result()
-        render.print_status(result, ui_url(session_id, client.namespace))
-        return 0 if result.status == "completed" else EXIT_NOT_COMPLETED
-    return 0
 
 
 def read_goal(args: argparse.Namespace) -> str:
@@ -231,32 +220,8 @@ def read_goal(args: argparse.Namespace) -> str:
     return args.goal
 
 
-async def has_search_attributes(client: Client) -> bool:
-    """Whether the namespace has every Agent* search attribute, with the right types."""
-    try:
-        response = await client.operator_service.list_search_attributes(
-            ListSearchAttributesRequest(namespace=client.namespace)
-        )
-    except RPCError:
-        return False
-    kinds = {**response.custom_attributes}
-    wanted = {key.name: key.indexed_value_type for key in search.ALL}
-    return all(kinds.get(name) == IndexedValueType.ValueType(kind) for name, kind in wanted.items())
-
-
-def initial_search_attributes(session_input: SessionInput) -> TypedSearchAttributes | None:
-    if not session_input.search_attributes:
-        return None
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(search.AGENT_STATUS, "running"),
-            SearchAttributePair(search.AGENT_USER, session_input.user_id),
-        ]
-    )
-
-
 async def status(client: Client, args: argparse.Namespace) -> int:
-    snapshot = await query(session_handle(client, args.session), "status", SessionStatus)
+    snapshot = await sessions.status(client, args.session)
     if args.json:
         print(snapshot.model_dump_json(indent=2))
     else:
@@ -265,29 +230,18 @@ async def status(client: Client, args: argparse.Namespace) -> int:
 
 
 async def history(client: Client, args: argparse.Namespace) -> int:
-    found = await query(session_handle(client, args.session), "history", SessionHistory)
+    found = await sessions.history(client, args.session)
     if args.json:
-        print(json.dumps(history_document(found), indent=2, ensure_ascii=False))
+        print(json.dumps(sessions.history_document(found), indent=2, ensure_ascii=False))
     else:
         render.print_history(found)
     return 0
 
 
-def history_document(found: SessionHistory) -> dict[str, Any]:
-    """The history as JSON: each trace turn also carries its tool calls, with `error` spelled out."""
-    document = found.model_dump(mode="json")
-    calls = {call["tool_use_id"]: call for call in document["tool_calls"]}
-    for call in calls.values():
-        call["error"] = call["output"] if call["is_error"] else None
-    for turn in document["trace"]:
-        turn["tool_calls"] = [calls[i] for i in turn["tool_use_ids"] if i in calls]
-    return document
-
-
 async def export(client: Client, args: argparse.Namespace) -> int:
     """The workflow's event history in Temporal's JSON format (`WorkflowHistory.from_json`, replayers)."""
-    handle = session_handle(client, args.session)
-    await describe(handle)
+    handle = sessions.handle(client, args.session)
+    await sessions.describe(handle)
     found = await handle.fetch_history()
     text = found.to_json()
     if str(args.file) == "-":
@@ -302,16 +256,17 @@ async def export(client: Client, args: argparse.Namespace) -> int:
 
 
 async def decide(client: Client, args: argparse.Namespace) -> int:
-    handle = session_handle(client, args.session)
+    fields = {"tool_use_id": args.tool_use_id, "decided_by": args.decided_by}
+    if args.command == "approve":
+        fields["input"] = args.input
+    else:
+        fields["reason"] = args.reason
     try:
-        decision = Decision(tool_use_id=args.tool_use_id, reason=getattr(args, "reason", None))
+        decision = Decision(**fields)
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
-    if args.command == "approve":
-        answer = await update(handle, "approve_call", decision)
-    else:
-        answer = await update(handle, "deny_call", decision)
-    print(answer)
+    update = AgentWorkflow.approve_call if args.command == "approve" else AgentWorkflow.deny_call
+    print(await sessions.act(client, args.session, update, decision))
     return 0
 
 
@@ -320,110 +275,42 @@ async def send(client: Client, args: argparse.Namespace) -> int:
         message = UserMessage(text=args.text)
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
-    position = await update(session_handle(client, args.session), "send_message", message, result_type=int)
+    position = await sessions.act(client, args.session, AgentWorkflow.send_message, message)
     print(f"message {position} queued for {args.session}")
     return 0
 
 
 async def close(client: Client, args: argparse.Namespace) -> int:
-    print(await update(session_handle(client, args.session), "close_session"))
+    print(await sessions.act(client, args.session, AgentWorkflow.close_session))
     return 0
 
 
 async def control(client: Client, args: argparse.Namespace) -> int:
-    handle = session_handle(client, args.session)
     if args.command == "cancel":
-        print(await update(handle, "cancel_session", CancelRequest(reason=args.reason)))
+        try:
+            request = CancelRequest(reason=args.reason, decided_by=args.decided_by)
+        except ValidationError as err:
+            raise UserError(describe_validation(err)) from None
+        print(await sessions.act(client, args.session, AgentWorkflow.cancel_session, request))
+    elif args.command == "pause":
+        print(await sessions.act(client, args.session, AgentWorkflow.pause_session))
     else:
-        print(await update(handle, f"{args.command}_session"))
+        print(await sessions.act(client, args.session, AgentWorkflow.resume_session))
     return 0
 
 
 async def watch(client: Client, args: argparse.Namespace) -> int:
-    handle = session_handle(client, args.session)
-    await describe(handle)
-    return await render.watch(
+    handle = sessions.handle(client, args.session)
+    await sessions.describe(handle)
+    return await follow(
         client, handle, ui_url(args.session, client.namespace), as_json=args.json, prompt=not args.no_prompt
     )
 
 
 async def list_sessions(client: Client, args: argparse.Namespace) -> int:
-    clauses = ["WorkflowType = 'AgentWorkflow'"]
-    for key, value in (("AgentStatus", args.status), ("AgentUser", args.user)):
-        if value is not None:
-            if not await has_search_attributes(client):
-                raise UserError(
-                    "filtering needs the Agent* search attributes on this namespace; see the README"
-                )
-            clauses.append(f"{key} = {json.dumps(value)}")
-    rows = []
-    async for execution in client.list_workflows(" AND ".join(clauses), limit=args.limit):
-        attrs = execution.typed_search_attributes
-        rows.append(
-            {
-                "session_id": execution.id,
-                "status": attrs.get(search.AGENT_STATUS)
-                or (execution.status.name.lower() if execution.status else None),
-                "steps": attrs.get(search.AGENT_STEPS),
-                "tokens": attrs.get(search.AGENT_TOKENS),
-                "pending_approvals": attrs.get(search.AGENT_PENDING_APPROVALS),
-                "user": attrs.get(search.AGENT_USER),
-                "started": execution.start_time.isoformat() if execution.start_time else None,
-            }
-        )
+    rows = await sessions.list_sessions(client, status=args.status, user=args.user, limit=args.limit)
     render.print_sessions(rows, as_json=args.json)
     return 0
-
-
-# ---- Temporal calls with errors a person can read ----------------------------------------
-
-
-def session_handle(client: Client, session_id: str) -> WorkflowHandle:
-    return client.get_workflow_handle(session_id)
-
-
-async def describe(handle: WorkflowHandle) -> Any:
-    try:
-        return await handle.describe()
-    except RPCError as err:
-        raise not_found(err, handle.id) from None
-
-
-def not_found(err: RPCError, session_id: str) -> Exception:
-    if err.status == RPCStatusCode.NOT_FOUND:
-        return UserError(f"no session {session_id!r}; list sessions with: python client.py list")
-    return err
-
-
-async def query(handle: WorkflowHandle, name: str, result_type: type) -> Any:
-    try:
-        return await handle.query(name, result_type=result_type, rpc_timeout=timedelta(seconds=20))
-    except RPCError as err:
-        if err.status == RPCStatusCode.DEADLINE_EXCEEDED:
-            raise UserError(
-                f"no worker answered for session {handle.id}; start one with: python worker.py"
-            ) from None
-        raise not_found(err, handle.id) from None
-    except WorkflowQueryFailedError as err:
-        raise UserError(f"session {handle.id} could not answer: {err}") from None
-
-
-async def update(handle: WorkflowHandle, name: str, *args: Any, result_type: type = str) -> Any:
-    try:
-        return await handle.execute_update(name, *args, result_type=result_type)
-    except WorkflowUpdateFailedError as err:
-        cause = err.cause
-        message = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
-        raise UserError(f"rejected: {message}") from None
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            described = await describe(handle)
-            if described.status != WorkflowExecutionStatus.RUNNING:
-                raise UserError(
-                    f"session {handle.id} has ended ({described.status.name.lower()}); "
-                    f"see: python client.py status {handle.id}"
-                ) from None
-        raise not_found(err, handle.id) from None
 
 
 def describe_validation(err: ValidationError) -> str:
@@ -469,11 +356,19 @@ def finish(code: int, err: str | None = None) -> NoReturn:
     os._exit(code)
 
 
+def one_line(err: AgentError) -> str:
+    if isinstance(err, SessionNotFound):
+        return f"{err}; list sessions with: python client.py list"
+    if isinstance(err, Rejected):
+        return f"rejected: {err}"
+    return str(err)
+
+
 def main() -> NoReturn:
     try:
         code = asyncio.run(run(sys.argv[1:]))
-    except UserError as err:
-        finish(1, err=f"error: {err}")
+    except AgentError as err:
+        finish(1, err=f"error: {one_line(err)}")
     except KeyboardInterrupt:
         finish(130)
     except RPCError as err:

@@ -223,7 +223,7 @@ class FloorContender(TemporalContender):
 
 class ProjectContender(TemporalContender):
     async def start(self, session, steps, size):
-        from client import initial_search_attributes
+        from plumbing.sessions import initial_search_attributes
         from workflows.types import Limits, SessionInput
 
         session_input = SessionInput(

@@ -1,30 +1,20 @@
-"""What the client prints: status, history, session lists, and the live `watch` view.
-
-`watch` reads the session's event stream (Temporal's workflow streams) from the start, so
-it shows what already happened and then follows live, whether attached mid-run, after a
-restart or after the end. Rendering uses `rich`; `--json` prints one event per line.
-"""
+"""What the client prints: status, history and session lists (`rich`). The live view is
+in `plumbing/watch.py`."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
-from datetime import timedelta
 from typing import Any
 
 from rich.console import Console
-from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from workflows.types import FINAL_STATUSES, Decision, SessionHistory, SessionInput, SessionStatus
+from workflows.types import SessionHistory, SessionInput, SessionStatus, StuckTask
 
 console = Console(highlight=False, soft_wrap=True)
-STYLE = {"completed": "green", "stopped": "yellow", "failed": "red", "cancelled": "magenta"}
+STYLE = {"completed": "green", "stopped": "yellow", "failed": "red", "cancelled": "magenta", "stuck": "bold red"}
+CALL_MARK = {"done": "[green]✓[/]", "denied": "[yellow]⊘[/]", "unknown": "[yellow]?[/]"}
 
 
 def shorten(value: Any, limit: int = 120) -> str:
@@ -55,7 +45,9 @@ def print_status(snapshot: SessionStatus, link: str) -> None:
     console.print(head)
     console.print(f"steps {snapshot.steps} · {_totals(snapshot.usage.model_dump(), snapshot.cost_usd)}")
     for pending in snapshot.pending_approvals:
-        _print_approval_hint(snapshot.session_id, pending.tool_use_id, pending.name, pending.input)
+        print_approval_hint(snapshot.session_id, pending.tool_use_id, pending.name, pending.input)
+    if snapshot.stuck is not None:
+        print_stuck(snapshot.stuck)
     if snapshot.error:
         console.print(f"[red]error:[/] {escape(snapshot.error)}")
     if snapshot.answer:
@@ -77,9 +69,14 @@ def print_history(found: SessionHistory) -> None:
         for tool_use_id in turn.tool_use_ids:
             call = calls.get(tool_use_id)
             if call:
-                mark = "[green]✓[/]" if call.status == "done" else "[red]✗[/]"
+                mark = CALL_MARK.get(call.status, "[red]✗[/]")
                 took = f" ({call.duration_ms} ms)" if call.duration_ms is not None else ""
                 console.print(f"  → {call.name} {escape(shorten(call.input, 100))}")
+                if call.approved_input is not None:
+                    console.print(f"    [yellow]edited before approval:[/] {escape(shorten(call.approved_input, 100))}")
+                if call.decided_by:
+                    verb = "approved" if call.approved else "decided"
+                    console.print(f"    [dim]{verb} by {escape(call.decided_by)}[/]")
                 console.print(f"    {mark} {call.status}{took}: {escape(shorten(call.output or '', 160))}")
     final = found.status
     console.print(f"\n[{STYLE.get(final.status, 'cyan')}]{final.status}[/]" + (f" ({final.stop_reason})" if final.stop_reason else ""))
@@ -87,16 +84,36 @@ def print_history(found: SessionHistory) -> None:
         console.print(f"[red]error:[/] {escape(final.error)}")
 
 
+LIST_COLUMNS = ("session_id", "status", "steps", "tokens", "pending_approvals", "user", "started")
+
+
 def print_sessions(rows: list[dict[str, Any]], as_json: bool) -> None:
+    """A table in a terminal, tab-separated lines in a pipe. Ids, users and times are never
+    shortened: in a narrow terminal the table wraps them instead."""
     if as_json:
         for row in rows:
             print(json.dumps(row))
         return
+    cells = [[str(row[k]) if row.get(k) is not None else "-" for k in LIST_COLUMNS] for row in rows]
+    if not console.is_terminal:
+        for line in [["session", "status", "steps", "tokens", "approvals", "user", "started"], *cells]:
+            print("\t".join(line))
+        return
     table = Table("session", "status", "steps", "tokens", "approvals", "user", "started", box=None)
-    for row in rows:
-        table.add_row(*(str(row[k]) if row[k] is not None else "-" for k in
-                        ("session_id", "status", "steps", "tokens", "pending_approvals", "user", "started")))  # fmt: skip
+    for column in table.columns:
+        column.overflow = "fold"
+        column.no_wrap = False
+    for line in cells:
+        table.add_row(*line)
     console.print(table)
+
+
+def print_stuck(stuck: StuckTask) -> None:
+    console.print(
+        f"[bold red]stuck:[/] its workflow task has failed {stuck.attempts} times since "
+        f"{stuck.since.isoformat(timespec='seconds')}: {escape(stuck.message)}"
+    )
+    console.print("   fix the worker's code and redeploy it: the session carries on from where it stopped")
 
 
 def _totals(usage: dict[str, Any], cost: float | None) -> str:
@@ -107,206 +124,7 @@ def _totals(usage: dict[str, Any], cost: float | None) -> str:
     return text + (f" · ${cost:.4f}" if cost is not None else "")
 
 
-def _print_approval_hint(session_id: str, tool_use_id: str, name: str, arguments: Any) -> None:
+def print_approval_hint(session_id: str, tool_use_id: str, name: str, arguments: Any) -> None:
     console.print(f"[yellow]⏸ waiting for approval:[/] {name} {escape(shorten(arguments, 200))}")
     console.print(f"   approve: python client.py approve {session_id} {tool_use_id}")
     console.print(f"   deny:    python client.py deny {session_id} {tool_use_id} --reason \"...\"")
-
-
-# ---- watch -----------------------------------------------------------------------------
-
-
-def _ms(value: int | None) -> str:
-    if value is None:
-        return ""
-    return f"{value} ms" if value < 1000 else f"{value / 1000:.1f} s"
-
-
-def _num(value: int) -> str:
-    return f"{value:,}"
-
-
-def running_totals(step: int, usage: dict[str, Any], cost: float | None) -> str:
-    """`2 steps · 1,234 tokens (in 1,000 · out 234 · cache 0/0) · $0.0123`."""
-    total = sum(usage.get(k, 0) for k in
-                ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))  # fmt: skip
-    text = (
-        f"{step} step{'s' if step != 1 else ''} · {_num(total)} tokens "
-        f"(in {_num(usage['input_tokens'])} · out {_num(usage['output_tokens'])}"
-    )
-    if usage.get("cache_read_input_tokens") or usage.get("cache_creation_input_tokens"):
-        text += f" · cache read {_num(usage['cache_read_input_tokens'])} write {_num(usage['cache_creation_input_tokens'])}"
-    text += ")"
-    return text + (f" · ${cost:.4f}" if cost is not None else "")
-
-
-class _Streaming:
-    """The model's text as it streams, in a live region that a retried attempt replaces.
-
-    Only in a terminal: the region is erased when the turn is recorded, and the turn's
-    complete text is printed once in its place.
-    """
-
-    def __init__(self) -> None:
-        self.step: int | None = None
-        self.attempt: int | None = None
-        self.text = ""
-        self.live: Live | None = None
-
-    def add(self, step: int, attempt: int, text: str) -> None:
-        if (step, attempt) != (self.step, self.attempt):
-            self.text = ""  # a new step, or a retried attempt: its partial text is replaced
-        self.step, self.attempt = step, attempt
-        self.text += text
-        if self.live is None:
-            self.live = Live(self._render(), console=console, transient=True, auto_refresh=False)
-            self.live.start()
-        self.live.update(self._render(), refresh=True)
-
-    def _render(self) -> Text:
-        head = Text(f"step {self.step}", style="bold")
-        if self.attempt and self.attempt > 1:
-            head.append(f" (attempt {self.attempt})", style="yellow")
-        head.append(" ▍ ", style="dim")
-        body = head + Text(self.text)
-        room = max(3, console.size.height - 2)
-        lines = body.wrap(console, console.size.width)
-        if len(lines) > room:
-            lines = lines[-room:]
-        return Text("\n").join(lines)
-
-    def stop(self) -> None:
-        if self.live is not None:
-            self.live.stop()
-            self.live = None
-        self.step = self.attempt = None
-        self.text = ""
-
-
-class Watcher:
-    """Turns stream events into lines on the terminal."""
-
-    def __init__(self, handle: WorkflowHandle, link: str, prompt: bool):
-        self.handle = handle
-        self.link = link
-        self.prompt = prompt and sys.stdin.isatty()
-        self.streaming = _Streaming() if console.is_terminal else None
-        self.last_text: str | None = None
-        self.asked: set[str] = set()
-        self.prompts: list[asyncio.Task[None]] = []
-        self.started: dict[str, str] = {}  # tool_use_id -> name, for calls still running
-
-    def delta(self, event: dict[str, Any]) -> None:
-        if self.streaming is not None:
-            self.streaming.add(event["step"], event["attempt"], event["text"])
-
-    def event(self, event: dict[str, Any]) -> bool:
-        """Print one event; True when it is the end of the session."""
-        if self.streaming is not None:
-            self.streaming.stop()
-        kind = event["type"]
-        if kind == "status":
-            console.print(f"[dim]● {event['status'].replace('_', ' ')}[/]")
-        elif kind == "turn":
-            text = event.get("text") or ""
-            retried = f" [yellow](attempt {event['attempt']})[/]" if event.get("attempt", 1) > 1 else ""
-            if text:
-                console.print(f"[bold]step {event['step']}[/]{retried} {escape(text)}")
-                self.last_text = text
-            console.print(
-                f"[dim]  ↳ {event['stop_reason']} · so far {running_totals(event['step'], event['usage'], event.get('cost_usd'))}[/]"
-            )
-        elif kind == "tool_call":
-            self.started[event["tool_use_id"]] = event["name"]
-            console.print(f"  [cyan]→ {event['name']}[/] {escape(shorten(event['input'], 160))}")
-        elif kind == "tool_result":
-            self.started.pop(event["tool_use_id"], None)
-            mark = {"done": "[green]✓[/]", "denied": "[yellow]⊘[/]"}.get(event["status"], "[red]✗[/]")
-            took = f" [dim]{_ms(event.get('duration_ms'))}[/]" if event.get("duration_ms") is not None else ""
-            state = "" if event["status"] in ("done", "error") else f" {event['status']}"
-            console.print(f"    {mark} {event['name']}{state}{took} {escape(shorten(event.get('output') or '', 160))}")
-        elif kind == "approval":
-            _print_approval_hint(self.handle.id, event["tool_use_id"], event["name"], event["input"])
-            if self.prompt and event["tool_use_id"] not in self.asked:
-                self.asked.add(event["tool_use_id"])
-                self.prompts.append(asyncio.create_task(self._ask(event)))
-        elif kind == "decision":
-            verb = "[green]approved[/]" if event["approved"] else "[yellow]denied[/]"
-            why = f": {escape(event['reason'])}" if event.get("reason") else ""
-            console.print(f"  {verb} {event['name']} ({event['tool_use_id']}){why}")
-        elif kind == "answered":
-            console.print(f"[dim]● waiting for the next message: python client.py send {self.handle.id} \"...\"[/]")
-        elif kind == "user_message":
-            console.print(f"[bold]you ({event['turn']})[/] {escape(shorten(event['text'], 400))}")
-        elif kind == "continued":
-            console.print(f"[dim]● continued as new (run {event['run']}, after {event['steps']} steps)[/]")
-        elif kind == "end":
-            style = STYLE.get(event["status"], "cyan")
-            reason = f" ({event['stop_reason']})" if event.get("stop_reason") else ""
-            console.print(f"[bold {style}]■ {event['status']}{reason}[/]")
-            if event.get("error"):
-                console.print(f"[red]error:[/] {escape(event['error'])}")
-            if event.get("answer") and event["answer"] != self.last_text:
-                console.print(f"\n{escape(event['answer'])}\n")
-            console.print(f"[dim]{self.link}[/]")
-            return True
-        else:
-            console.print(f"[dim]● {escape(kind)}[/]")
-        return False
-
-    async def _ask(self, event: dict[str, Any]) -> None:
-        snapshot = await self.handle.query("status", result_type=SessionStatus)
-        if event["tool_use_id"] not in {p.tool_use_id for p in snapshot.pending_approvals}:
-            return
-        answer = await asyncio.to_thread(input, f"   approve {event['name']}? [y/n] ")
-        yes = answer.strip().lower().startswith("y")
-        decision = Decision(tool_use_id=event["tool_use_id"], reason=None if yes else "denied at the prompt")
-        try:
-            # The decision event that follows says what was recorded.
-            await self.handle.execute_update("approve_call" if yes else "deny_call", decision, result_type=str)
-        except WorkflowUpdateFailedError as err:
-            console.print(f"   [red]rejected:[/] {escape(str(err.cause))}")
-
-    def close(self) -> None:
-        if self.streaming is not None:
-            self.streaming.stop()
-        for task in self.prompts:
-            task.cancel()
-
-
-async def print_header(handle: WorkflowHandle) -> None:
-    """`watching <id>: <the goal, shortened>` from the workflow's static summary."""
-    try:
-        described = await handle.describe()
-        summary = await described.static_summary()
-    except Exception:
-        summary = None
-    console.print(f"[bold]watching {handle.id}[/]" + (f": {escape(summary)}" if summary else ""))
-
-
-async def watch(client: Client, handle: WorkflowHandle, link: str, as_json: bool = False, prompt: bool = True) -> int:
-    """Follow the session's events from the beginning until it ends; exit 0 if it completed."""
-    stream = WorkflowStreamClient.create(client, handle.id)
-    watcher = Watcher(handle, link, prompt=prompt and not as_json)
-    if not as_json:
-        await print_header(handle)
-    completed = False
-    try:
-        async for item in stream.subscribe(["event", "delta"], poll_cooldown=timedelta(milliseconds=200)):
-            event = item.data
-            if as_json:
-                kind = {"type": "delta"} if item.topic == "delta" else {}
-                print(json.dumps({"topic": item.topic, "offset": item.offset, **kind, **event}), flush=True)
-            elif item.topic == "delta":
-                watcher.delta(event)
-            else:
-                watcher.event(event)
-            if item.topic == "event" and event["type"] == "end":
-                completed = event["status"] == "completed"
-                break
-    finally:
-        watcher.close()
-    return 0 if completed else 2
-
-
-__all__ = ["FINAL_STATUSES", "watch", "print_status", "print_history", "print_sessions", "shorten"]

@@ -8,6 +8,7 @@ handlers are named by their typed references (`AgentWorkflow.status`), never by 
 
 from __future__ import annotations
 
+import getpass
 import json
 from collections.abc import Callable
 from datetime import timedelta, timezone
@@ -43,6 +44,14 @@ QUERY_TIMEOUT = timedelta(seconds=20)
 # from its start input.
 STUCK_QUERY_TIMEOUT = timedelta(seconds=3)
 RUNNING_STATUSES = ("running", "paused", "waiting_approval", "waiting_input")
+
+
+def cli_user() -> str:
+    """Who decides from this terminal: `cli:<login name>`."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no login name in this environment
+        return "cli:unknown"
 
 
 def handle(client: Client, session_id: str) -> WorkflowHandle:
@@ -115,7 +124,7 @@ async def status(client: Client, session_id: str) -> SessionStatus:
         return await query(h, AgentWorkflow.status)
     try:
         snapshot = await query(h, AgentWorkflow.status, timeout=STUCK_QUERY_TIMEOUT)
-    except (NoWorker, Rejected):
+    except (NoWorker, Rejected, RPCError):  # a failing task may not answer queries either
         snapshot = await _status_from_start(h)
     return snapshot.model_copy(update={"status": "stuck", "stuck": stuck})
 

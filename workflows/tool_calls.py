@@ -1,35 +1,29 @@
-"""Running one model response's tool calls: approval, pause, policies, results.
+"""One response's tool calls: the approval a call may wait for, its policy, its activity,
+and the result the model gets back.
 
-A mixin of `AgentWorkflow`: it uses the session state that the workflow holds.
+`ToolRunner` acts on the session it is given. A call goes pending -> (waiting_approval
+-> pending | denied) -> running -> done | error | unknown | cancelled; calls that already
+have their result (from an earlier run of the session) keep it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import (
-    ActivityError,
-)
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.types import (
-        Message,
-        ToolOutcome,
-        ToolRequest,
-        ToolResultBlock,
-        ToolSpec,
-        ToolUseBlock,
-    )
-    from workflows.types import (
-        ToolCallRecord,
-    )
-
-from workflows._shared import SETTLED, _ContinueAsNew, _describe_failure, _short, _was_cancelled
+    from activities.tools import ToolActivities
+    from activities.types import Message, ToolOutcome, ToolRequest, ToolResultBlock, ToolSpec, ToolUseBlock
+    from workflows.events import ApprovalRequested, ToolCallEnded, ToolCallStarted
+    from workflows.session import HandOver, Session, describe_failure, short, was_cancelled
+    from workflows.state import SETTLED
+    from workflows.types import CallStatus, ToolCallRecord
 
 TOOL_START_TO_CLOSE = timedelta(minutes=10)
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
@@ -40,130 +34,148 @@ RETRY_IDEMPOTENT_TOOL = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30), maximum_attempts=5
 )
 RUN_ONCE = RetryPolicy(maximum_attempts=1)
+# Listing the worker's tools is quick; a worker that cannot do it fails the start, it
+# does not leave the session `running` forever.
+DESCRIBE_TOOLS_ATTEMPTS = 3
+DESCRIBE_TOOLS_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=DESCRIBE_TOOLS_ATTEMPTS)
 
 
-class ToolCalls:
-    async def _run_tools(self, uses: list[ToolUseBlock]) -> None:
-        """Run one response's calls concurrently; their results go back in the model's order.
+class ToolRunner:
+    def __init__(self, session: Session, wants_handover: Callable[[], bool]) -> None:
+        self.session = session
+        self.state = session.state
+        self._wants_handover = wants_handover
 
-        Calls already settled (in an earlier run of this session) keep their results.
-        """
-        results = await asyncio.gather(*(self._settle(self.calls[u.id]) for u in uses))
-        self._append(Message(role="user", content=list(results)), sent=False)
-        self._changed()
+    async def run_all(self, uses: list[ToolUseBlock]) -> None:
+        """Run one response's calls concurrently; their results go back in the model's order."""
+        results = await asyncio.gather(*(self._settle(self.state.calls[u.id]) for u in uses))
+        self.state.append(Message(role="user", content=list(results)), sent=False)
+        self.session.view.changed()
 
     async def _settle(self, call: ToolCallRecord) -> ToolResultBlock:
         if call.status in SETTLED:
-            return ToolResultBlock(
-                tool_use_id=call.tool_use_id, content=call.output or "", is_error=call.is_error
-            )
-        return await self._run_call(call)
-
-    async def _run_call(self, call: ToolCallRecord) -> ToolResultBlock:
+            return ToolResultBlock(tool_use_id=call.tool_use_id, content=call.output or "", is_error=call.is_error)
         if call.status == "pending" and call.ended_at is None and call.started_at is None:
-            key = f"{call.name}:{json.dumps(call.input, sort_keys=True, ensure_ascii=False)}"
-            self.repeats[key] = call.repeats = self.repeats.get(key, 0) + 1
-            self._publish("tool_call", tool_use_id=call.tool_use_id, name=call.name, input=call.input)
-        spec = next((s for s in self.specs if s.name == call.name), None)
+            self._count_repeat(call)
+            self.session.view.publish(ToolCallStarted(tool_use_id=call.tool_use_id, name=call.name, input=call.input))
+        spec = self.state.spec(call.name)
         if spec is None:
-            names = ", ".join(s.name for s in self.specs) or "none"
-            return self._close_call(call, "error", f"unknown tool {call.name!r}; available tools: {names}")
+            names = ", ".join(s.name for s in self.state.specs) or "none"
+            return self._close(call, "error", f"unknown tool {call.name!r}; available tools: {names}")
         call.policy, call.requires_approval = spec.policy, spec.requires_approval
-        request = ToolRequest(
-            session_id=self.session_id,
-            user_id=self.input.user_id,
+        if spec.requires_approval and not call.approved:
+            refused = await self._approval(call)
+            if refused is not None:
+                return refused
+        await wait_while_paused(self.session)
+        return await self._execute(call, spec)
+
+    def _count_repeat(self, call: ToolCallRecord) -> None:
+        key = f"{call.name}:{json.dumps(call.input, sort_keys=True, ensure_ascii=False)}"
+        self.state.repeats[key] = call.repeats = self.state.repeats.get(key, 0) + 1
+
+    def _request(self, call: ToolCallRecord) -> ToolRequest:
+        return ToolRequest(
+            session_id=self.session.id,
+            user_id=self.session.input.user_id,
             tool_use_id=call.tool_use_id,
             name=call.name,
-            input=call.input,
-            max_output=self.input.limits.max_tool_output,
+            input=call.run_input(),
+            max_output=self.session.input.limits.max_tool_output,
         )
-        if spec.requires_approval and not call.approved:
-            if call.status != "waiting_approval":
-                problem = await workflow.execute_local_activity(
-                    "check_tool_input",
-                    request,
-                    result_type=str | None,
-                    start_to_close_timeout=LOCAL_TIMEOUT,
-                    summary=f"check the input of {call.name}",
-                )
-                if problem:
-                    return self._close_call(call, "error", problem)
-                call.status = "waiting_approval"
-                self._changed()
-                self._publish("approval", tool_use_id=call.tool_use_id, name=call.name, input=call.input)
-            decided = lambda: call.status != "waiting_approval" or self._idle_enough_to_continue_as_new()  # noqa: E731
-            try:
-                # The timer only names the wait in the Temporal UI: the run's timeout fires first.
-                await workflow.wait_condition(
-                    decided, timeout=self._approval_timer(), timeout_summary=f"approval wait for {call.name}"
-                )
-            except asyncio.TimeoutError:
-                await workflow.wait_condition(decided)
-            if call.status == "waiting_approval":
-                raise _ContinueAsNew()  # a long wait: the next run waits on
-            if call.status == "denied":
-                return self._close_call(
-                    call, "denied", f"denied by a person: {call.reason or 'no reason given'}"
-                )
-        await self._gate()
-        call.status, call.started_at = "running", workflow.now()
-        self._changed()
+
+    # ---- approval ----------------------------------------------------------------------
+
+    async def _approval(self, call: ToolCallRecord) -> ToolResultBlock | None:
+        """Validate the input, then wait for a person; the result if the call will not run."""
+        if call.status != "waiting_approval":
+            problem = await workflow.execute_local_activity_method(
+                ToolActivities.check_tool_input,
+                self._request(call),
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                summary=f"check the input of {call.name}",
+            )
+            if problem:
+                return self._close(call, "error", problem)
+            call.status = "waiting_approval"
+            self.session.view.changed()
+            self.session.view.publish(ApprovalRequested(tool_use_id=call.tool_use_id, name=call.name, input=call.input))
+        decided = lambda: call.status != "waiting_approval" or self._idle_enough_to_hand_over()  # noqa: E731
         try:
-            outcome = await self._tool_activity(spec, request, f"tool {call.name} {_short(call.input, 60)}")
+            # The timer only names the wait in the Temporal UI: the run's timeout fires first.
+            await workflow.wait_condition(
+                decided, timeout=self._approval_timer(), timeout_summary=f"approval wait for {call.name}"
+            )
+        except asyncio.TimeoutError:
+            await workflow.wait_condition(decided)
+        if call.status == "waiting_approval":
+            raise HandOver()  # a long wait: the next run waits on
+        if call.status == "denied":
+            return self._close(call, "denied", f"denied by a person: {call.reason or 'no reason given'}")
+        return None
+
+    def _approval_timer(self) -> timedelta:
+        started = self.state.run_started_at or workflow.now()
+        left = self.session.input.limits.timeout_seconds - (workflow.now() - started).total_seconds()
+        return timedelta(seconds=max(0.0, left) + 60)
+
+    def _idle_enough_to_hand_over(self) -> bool:
+        """Continue as new during approval waits only when no tool call is in flight."""
+        if not self._wants_handover():
+            return False
+        return all(c.status in (*SETTLED, "waiting_approval") for c in self.state.calls.values())
+
+    # ---- running -----------------------------------------------------------------------
+
+    async def _execute(self, call: ToolCallRecord, spec: ToolSpec) -> ToolResultBlock:
+        call.status, call.started_at = "running", workflow.now()
+        self.session.view.changed()
+        try:
+            outcome = await self._activity(spec, self._request(call), f"tool {call.name} {short(call.input, 60)}")
         except ActivityError as err:
-            if _was_cancelled(err):
-                self._close_call(call, "cancelled", "cancelled before it finished")
+            if was_cancelled(err):
+                self._close(call, "cancelled", "cancelled before it finished")
                 raise asyncio.CancelledError() from err
-            if spec.policy == "at_most_once":
-                text = f"interrupted, not run again ({_describe_failure(err, 'tool call')})"
-            else:
-                text = f"tool call failed: {_describe_failure(err, 'tool call')}"
-            return self._close_call(call, "error", text)
+            return self._close(call, *_failed(spec, err))
         except asyncio.CancelledError:
-            self._close_call(call, "cancelled", "cancelled before it finished")
+            self._close(call, "cancelled", "cancelled before it finished")
             raise
-        content = outcome.content
         call.output_ref = outcome.content_ref
+        return self._close(call, "error" if outcome.is_error else "done", self._content(call, outcome), outcome.duration_ms)
+
+    def _content(self, call: ToolCallRecord, outcome: ToolOutcome) -> str:
+        """What the model reads: the output, with notes on an edited input and on repeats."""
+        content = outcome.content
+        if call.approved_input is not None:
+            edited = json.dumps(call.approved_input, ensure_ascii=False, sort_keys=True)
+            content = f"[a person edited the input before approving; the tool ran with {edited}]\n{content}"
         if call.repeats >= REPEAT_NOTE_AT:
             content += (
                 f"\n[note: this exact call ({call.name} with the same input) has now been made "
                 f"{call.repeats} times; you are repeating yourself, try a different approach]"
             )
-        return self._close_call(call, "error" if outcome.is_error else "done", content, outcome.duration_ms)
+        return content
 
-    async def _tool_activity(self, spec: ToolSpec, request: ToolRequest, summary: str) -> ToolOutcome:
+    async def _activity(self, spec: ToolSpec, request: ToolRequest, summary: str) -> ToolOutcome:
         if spec.local and spec.policy != "at_most_once":
-            return await workflow.execute_local_activity(
-                "run_tool",
+            return await workflow.execute_local_activity_method(
+                ToolActivities.run_tool,
                 request,
-                result_type=ToolOutcome,
                 start_to_close_timeout=LOCAL_TOOL_TIMEOUT,
                 retry_policy=RETRY_IDEMPOTENT_TOOL,
                 summary=summary,
             )
-        return await workflow.execute_activity(
-            "run_tool",
+        return await workflow.execute_activity_method(
+            ToolActivities.run_tool,
             request,
-            result_type=ToolOutcome,
             start_to_close_timeout=TOOL_START_TO_CLOSE,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=RUN_ONCE if spec.policy == "at_most_once" else RETRY_IDEMPOTENT_TOOL,
             summary=summary,
         )
 
-    def _approval_timer(self) -> timedelta:
-        started = self.run_started_at or workflow.now()
-        left = self.input.limits.timeout_seconds - (workflow.now() - started).total_seconds()
-        return timedelta(seconds=max(0.0, left) + 60)
-
-    def _idle_enough_to_continue_as_new(self) -> bool:
-        """Continue as new during approval waits only when no tool call is in flight."""
-        if not self._wants_continue_as_new():
-            return False
-        return all(c.status in (*SETTLED, "waiting_approval") for c in self.calls.values())
-
-    def _close_call(
-        self, call: ToolCallRecord, status: Any, content: str, duration_ms: int | None = None
+    def _close(
+        self, call: ToolCallRecord, status: CallStatus, content: str, duration_ms: int | None = None
     ) -> ToolResultBlock:
         now = workflow.now()
         call.status, call.output, call.ended_at = status, content, now
@@ -171,25 +183,41 @@ class ToolCalls:
         if duration_ms is None and call.started_at is not None:
             duration_ms = int((now - call.started_at).total_seconds() * 1000)
         call.duration_ms = duration_ms
-        self._publish(
-            "tool_result",
-            tool_use_id=call.tool_use_id,
-            name=call.name,
-            status=status,
-            output=_short(content, 500),
-            duration_ms=duration_ms,
-        )
-        self._changed()
+        self.session.view.publish(
+            ToolCallEnded(
+                tool_use_id=call.tool_use_id, name=call.name, status=status,
+                output=short(content, 500), duration_ms=duration_ms,
+            )
+        )  # fmt: skip
+        self.session.view.changed()
         return ToolResultBlock(tool_use_id=call.tool_use_id, content=content, is_error=call.is_error)
 
-    async def _describe_tools(self) -> list[ToolSpec]:
-        specs = await workflow.execute_local_activity(
-            "describe_tools",
-            result_type=list[ToolSpec],
-            start_to_close_timeout=LOCAL_TIMEOUT,
-            summary="list the worker's tools",
-        )
-        if self.input.tools is not None:
-            wanted = set(self.input.tools)
-            specs = [s for s in specs if s.name in wanted]
-        return specs
+
+def _failed(spec: ToolSpec, err: ActivityError) -> tuple[CallStatus, str]:
+    """The status and result of a call whose activity failed (a crash, a timeout)."""
+    why = describe_failure(err, "tool call")
+    if spec.policy == "at_most_once":
+        # It was started once and may have done its work before it was interrupted.
+        return "unknown", f"outcome unknown: the call was interrupted ({why}); it may have taken effect, and it will not be run again"
+    return "error", f"tool call failed: {why}"
+
+
+async def wait_while_paused(session: Session) -> None:
+    """Nothing new starts until resume."""
+    state = session.state
+    if state.paused:
+        await workflow.wait_condition(lambda: not state.paused)
+
+
+async def describe_tools(session: Session) -> list[ToolSpec]:
+    """The worker's tools, narrowed to the session's list."""
+    specs = await workflow.execute_local_activity_method(
+        ToolActivities.describe_tools,
+        start_to_close_timeout=LOCAL_TIMEOUT,
+        retry_policy=DESCRIBE_TOOLS_RETRY,
+        summary="list the worker's tools",
+    )
+    if session.input.tools is not None:
+        wanted = set(session.input.tools)
+        specs = [s for s in specs if s.name in wanted]
+    return specs

@@ -5,34 +5,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from activities.types import Message, ToolPolicy, ToolSpec, Usage
+from activities.types import Message, Usage
+from workflows.records import CallStatus, PendingApproval, RunStatus, ToolCallRecord, TraceTurn
+from workflows.state import SessionState
 
-RunStatus = Literal[
-    "running",
-    "paused",
-    "waiting_approval",
-    "waiting_input",
-    "completed",
-    "stopped",
-    "failed",
-    "cancelled",
-]
 FINAL_STATUSES = ("completed", "stopped", "failed", "cancelled")
 # Not a run status the workflow keeps: the entry points report a running session whose
 # workflow task keeps failing (a bug, a non-deterministic change) as `stuck`.
 STUCK = "stuck"
 # The error type of an update refused because an edited tool input breaks the tool's schema.
 INVALID_TOOL_INPUT = "InvalidToolInput"
-StopReason = Literal["max_steps", "token_budget", "timeout", "cost_budget", "max_tokens", "refusal"]
-# `unknown`: an at-most-once call was interrupted; it may have taken effect, and it is
-# never run again.
-CallStatus = Literal[
-    "pending", "waiting_approval", "running", "done", "error", "denied", "cancelled", "not_run", "unknown"
-]
-
+SessionStopReason = Literal["max_steps", "token_budget", "timeout", "cost_budget", "max_tokens", "refusal"]
 DEFAULT_MODEL = "claude-sonnet-4-6"
 DEFAULT_SYSTEM = "You are a careful assistant. Use the tools when they help, then answer briefly."
 
@@ -88,8 +74,19 @@ class SessionInput(BaseModel):
     summarize_dropped: bool = False
     # Set by the client when the namespace has the Agent* search attributes registered.
     search_attributes: bool = False
-    # Filled in by the session itself when it continues as new.
-    carried: "Carried | None" = None
+    # The session's state, filled in by the session itself when it continues as new.
+    state: SessionState | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _state_was_carried(cls, value: Any) -> Any:
+        # Runs recorded before `SessionState` handed their state over as `carried`.
+        if isinstance(value, dict) and "carried" in value:
+            value = dict(value)
+            carried = value.pop("carried")
+            if value.get("state") is None:
+                value["state"] = carried
+        return value
 
     @field_validator("goal")
     @classmethod
@@ -108,54 +105,6 @@ class UserMessage(BaseModel):
         if not text.strip():
             raise ValueError("the message is empty")
         return text
-
-
-class PendingApproval(BaseModel):
-    tool_use_id: str
-    name: str
-    input: dict[str, Any]
-
-
-class ToolCallRecord(BaseModel):
-    tool_use_id: str
-    step: int
-    name: str
-    input: dict[str, Any]
-    policy: ToolPolicy | None = None
-    requires_approval: bool = False
-    status: CallStatus = "pending"
-    output: str | None = None
-    is_error: bool = False
-    reason: str | None = None
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    duration_ms: int | None = None
-    repeats: int = 1
-    approved: bool = False
-    # The input a person approved instead of the model's `input`: what the tool ran with.
-    approved_input: dict[str, Any] | None = None
-    decided_by: str | None = None
-    output_ref: str | None = None  # the output's hash in the transcript store
-
-    def run_input(self) -> dict[str, Any]:
-        """The input the tool runs with: the approved edit, or the model's own."""
-        return self.approved_input if self.approved_input is not None else self.input
-
-
-class TraceTurn(BaseModel):
-    step: int
-    model: str
-    prompt_version: str
-    started_at: datetime
-    ended_at: datetime
-    stop_reason: str | None
-    text: str
-    tool_use_ids: list[str] = Field(default_factory=list)
-    usage: Usage
-    cost_usd: float | None
-    latency_ms: int
-    attempt: int
-    context_dropped: int = 0
 
 
 class StuckTask(BaseModel):
@@ -212,29 +161,3 @@ class CancelRequest(BaseModel):
     decided_by: str | None = Field(default=None, max_length=200)
 
 
-class Carried(BaseModel):
-    """The whole state of a session, handed to its next run by continue-as-new."""
-
-    started_at: datetime
-    runs: int
-    messages: list[Message]
-    unsent: list[Message]
-    transcript_ref: str | None
-    specs: list[ToolSpec]
-    calls: list[ToolCallRecord]
-    trace: list[TraceTurn]
-    repeats: dict[str, int]
-    steps: int
-    usage: Usage
-    cost_usd: float | None
-    paused: bool
-    idle: bool
-    closing: bool
-    queue: list[str]
-    user_turns: int
-    answer: str | None
-    run_started_at: datetime | None
-    stream_state: WorkflowStreamState | None = None
-
-
-SessionInput.model_rebuild()

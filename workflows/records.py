@@ -1,0 +1,75 @@
+"""The records a session keeps of what happened: its run status, each tool call, each
+model turn. They are part of its state and of what the queries return."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from activities.types import ToolPolicy, Usage
+
+RunStatus = Literal[
+    "running",
+    "paused",
+    "waiting_approval",
+    "waiting_input",
+    "completed",
+    "stopped",
+    "failed",
+    "cancelled",
+]
+# `unknown`: an at-most-once call was interrupted; it may have taken effect, and it is
+# never run again.
+CallStatus = Literal[
+    "pending", "waiting_approval", "running", "done", "error", "denied", "cancelled", "not_run", "unknown"
+]
+
+
+class PendingApproval(BaseModel):
+    tool_use_id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ToolCallRecord(BaseModel):
+    tool_use_id: str
+    step: int
+    name: str
+    input: dict[str, Any]
+    policy: ToolPolicy | None = None
+    requires_approval: bool = False
+    status: CallStatus = "pending"
+    output: str | None = None
+    is_error: bool = False
+    reason: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    duration_ms: int | None = None
+    repeats: int = 1
+    approved: bool = False
+    # The input a person approved instead of the model's `input`: what the tool ran with.
+    approved_input: dict[str, Any] | None = None
+    decided_by: str | None = None
+    output_ref: str | None = None  # the output's hash in the transcript store
+
+    def run_input(self) -> dict[str, Any]:
+        """The input the tool runs with: the approved edit, or the model's own."""
+        return self.approved_input if self.approved_input is not None else self.input
+
+
+class TraceTurn(BaseModel):
+    step: int
+    model: str
+    prompt_version: str
+    started_at: datetime
+    ended_at: datetime
+    stop_reason: str | None
+    text: str
+    tool_use_ids: list[str] = Field(default_factory=list)
+    usage: Usage
+    cost_usd: float | None
+    latency_ms: int
+    attempt: int
+    context_dropped: int = 0

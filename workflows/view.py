@@ -1,0 +1,120 @@
+"""How others see a session: its events, current details in the Temporal UI, search
+attributes, and the status and history snapshots the queries return.
+
+`SessionView.changed()` is called after every change of the state; it publishes a status
+event when the run status moved, refreshes the UI's current details, and keeps the
+search attributes current.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from workflows import search
+    from workflows.events import SessionEvent, StatusChanged
+    from workflows.state import SessionState
+    from workflows.types import RunStatus, SessionHistory, SessionInput, SessionStatus
+
+# A change of AgentSteps and AgentTokens alone (status, approvals and user as they were)
+# is indexed at most this often: every upsert is a write to the visibility store, and one
+# per step was the largest cost this project added to the server's work per step. Any
+# other change, and the end, index everything at once.
+COUNTS_INDEXED_EVERY = timedelta(seconds=10)
+COUNTS_THROTTLED = "search-attribute-counts-throttled"
+
+
+class SessionView:
+    def __init__(self, session_id: str, input: SessionInput, state: SessionState, topic) -> None:
+        self.session_id = session_id
+        self.input = input
+        self.state = state
+        self._topic = topic
+        self._published_status: RunStatus | None = None
+        self._indexed: tuple[object, ...] | None = None
+        self._indexed_at: datetime | None = None
+
+    def publish(self, event: SessionEvent) -> None:
+        event.at = workflow.now()
+        self._topic.publish(event)
+
+    def changed(self) -> None:
+        self.state.updated_at = workflow.now()
+        status = self.state.run_status()
+        if status != self._published_status:
+            self._published_status = status
+            self.publish(StatusChanged(status=status))
+        workflow.set_current_details(self.details())
+        self._index(status)
+
+    def _index(self, status: RunStatus) -> None:
+        """One upsert per change of status, approvals or user; the step and token counts
+        alone at most every `COUNTS_INDEXED_EVERY`."""
+        if not self.input.search_attributes:
+            return
+        state = self.state
+        values = (status, state.steps, state.usage.total(), len(state.waiting()), self.input.user_id)
+        if values == self._indexed:
+            return
+        now = workflow.now()
+        if (
+            self._indexed is not None
+            and self._indexed_at is not None
+            and (values[0], *values[3:]) == (self._indexed[0], *self._indexed[3:])
+            and now - self._indexed_at < COUNTS_INDEXED_EVERY
+            and workflow.patched(COUNTS_THROTTLED)  # sessions started before upsert every step
+        ):
+            return
+        self._indexed, self._indexed_at = values, now
+        keys = (search.AGENT_STATUS, search.AGENT_STEPS, search.AGENT_TOKENS,
+                search.AGENT_PENDING_APPROVALS, search.AGENT_USER)  # fmt: skip
+        workflow.upsert_search_attributes([k.value_set(v) for k, v in zip(keys, values)])
+
+    def details(self) -> str:
+        state, ending = self.state, self.state.ending
+        lines = [
+            f"**status** {state.run_status()}" + (f" ({ending.stop_reason})" if ending and ending.stop_reason else ""),
+            f"**step** {state.steps} of {self.input.limits.max_steps}",
+            f"**tokens** {state.usage.total()}",
+        ]
+        if state.cost_usd is not None:
+            lines.append(f"**cost** ${state.cost_usd:.4f}")
+        if waiting := state.waiting():
+            lines.append("**waiting for approval** " + ", ".join(f"{c.name} ({c.tool_use_id})" for c in waiting))
+        if ending and ending.error:
+            lines.append(f"**error** {ending.error}")
+        return "\n".join(lines)
+
+    def snapshot(self) -> SessionStatus:
+        state, ending = self.state, self.state.ending
+        return SessionStatus(
+            session_id=self.session_id,
+            status=state.run_status(),
+            stop_reason=ending.stop_reason if ending else None,
+            error=ending.error if ending else None,
+            steps=state.steps,
+            usage=state.usage,
+            cost_usd=state.cost_usd,
+            pending_approvals=state.pending_approvals(),
+            answer=state.answer,
+            chat=self.input.chat,
+            user_turns=state.user_turns,
+            queued_messages=len(state.queue),
+            runs=state.runs,
+            model=self.input.model,
+            user_id=self.input.user_id,
+            limits=self.input.limits,
+            started_at=state.started_at,
+            updated_at=state.updated_at or state.started_at,
+        )
+
+    def history(self) -> SessionHistory:
+        return SessionHistory(
+            session_id=self.session_id,
+            status=self.snapshot(),
+            messages=self.state.messages,
+            trace=self.state.trace,
+            tool_calls=list(self.state.calls.values()),
+        )
