@@ -1,6 +1,7 @@
 """Model providers, chosen by the model string's prefix.
 
-`anthropic:claude-sonnet-4-5` is Anthropic's `claude-sonnet-4-5`; a bare name is
+`anthropic:claude-sonnet-4-5` is Anthropic's `claude-sonnet-4-5`, `openai:gpt-4.1-mini`
+goes to OpenAI's Chat Completions API (or any server that speaks it); a bare name is
 Anthropic's too, so sessions started before prefixes existed keep working. A prefix is
 letters, digits, `-` and `_` before the first colon (a name with a dot before its colon,
 like a Bedrock model id, stays bare). A new provider is one module implementing
@@ -15,11 +16,13 @@ from collections.abc import Callable, Mapping
 from activities.errors import terminal
 from activities.providers.anthropic import AnthropicProvider
 from activities.providers.base import ModelTurn, OnText, Provider, ProviderCall
+from activities.providers.openai import OpenAIProvider
 
 __all__ = ["FACTORIES", "ModelTurn", "OnText", "Provider", "ProviderCall", "resolve", "split"]
 
 FACTORIES: dict[str, Callable[[], Provider]] = {
     "anthropic": AnthropicProvider,
+    "openai": OpenAIProvider,
 }
 DEFAULT = "anthropic"
 
