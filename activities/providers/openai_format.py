@@ -21,6 +21,7 @@ from activities.providers.base import ModelTurn, ProviderCall
 from activities.types import Message, StopReason, TextBlock, ToolUseBlock, Usage
 
 ERROR_PREFIX = "Error: "
+RAW_ARGUMENTS = "_raw_arguments"
 STOP_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",
     "tool_calls": "tool_use",
@@ -68,7 +69,7 @@ def _assistant(blocks: list[dict[str, Any]]) -> Chat:
         {
             "id": b["id"],
             "type": "function",
-            "function": {"name": b["name"], "arguments": json.dumps(b.get("input") or {})},
+            "function": {"name": b["name"], "arguments": _arguments(b.get("input") or {})},
         }
         for b in blocks
         if b.get("type") == "tool_use"
@@ -78,6 +79,13 @@ def _assistant(blocks: list[dict[str, Any]]) -> Chat:
     if calls:
         chat["tool_calls"] = calls
     return chat
+
+
+def _arguments(tool_input: dict[str, Any]) -> str:
+    # Arguments that were not JSON go back as the model wrote them, not wrapped.
+    if set(tool_input) == {RAW_ARGUMENTS} and isinstance(tool_input[RAW_ARGUMENTS], str):
+        return tool_input[RAW_ARGUMENTS]
+    return json.dumps(tool_input)
 
 
 def _tool_result(block: dict[str, Any]) -> Chat:
@@ -129,7 +137,7 @@ def tool_input(arguments: str) -> dict[str, Any]:
     except ValueError:
         parsed = None
     # The tool's schema validation turns this into an is_error result the model can fix.
-    return parsed if isinstance(parsed, dict) else {"_raw_arguments": arguments}
+    return parsed if isinstance(parsed, dict) else {RAW_ARGUMENTS: arguments}
 
 
 def stop_reason(finish_reason: str | None, has_tool_calls: bool = False) -> StopReason:
