@@ -103,7 +103,10 @@ def build_completion(turn: dict[str, Any], body: dict[str, Any], usage: dict[str
         {
             "id": call.get("id") or f"call_{uuid.uuid4().hex[:24]}",
             "type": "function",
-            "function": {"name": call["name"], "arguments": call.get("arguments", json.dumps(call.get("input", {})))},
+            "function": {
+                "name": call["name"],
+                "arguments": call.get("arguments", json.dumps(call.get("input", {}))),
+            },
         }
         for call in turn.get("tool_calls", [])
     ]
@@ -207,7 +210,9 @@ class ChatHandler(Handler):
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
 
-    def _chunk(self, completion: dict[str, Any], delta: dict[str, Any], finish_reason: str | None = None) -> None:
+    def _chunk(
+        self, completion: dict[str, Any], delta: dict[str, Any], finish_reason: str | None = None
+    ) -> None:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
         self._data({**_chunk_base(completion), "choices": [choice], "usage": None})
 

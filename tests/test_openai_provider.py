@@ -9,6 +9,7 @@ tokens counted once) and what the fake received (the wire format the provider se
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 import uuid
@@ -53,7 +54,9 @@ def fake_chat() -> AsyncIterator[FakeChatServer]:
 
 @pytest_asyncio.fixture
 async def chat(client: Client, fake_chat: FakeChatServer, data_dir: Path) -> AsyncIterator[ChatHarness]:
-    provider = OpenAIProvider(client=openai.AsyncOpenAI(base_url=fake_chat.base_url, api_key="test", max_retries=0))
+    provider = OpenAIProvider(
+        client=openai.AsyncOpenAI(base_url=fake_chat.base_url, api_key="test", max_retries=0)
+    )
     model = ModelActivities(store=TranscriptStore(data_dir / "transcripts"), providers={"openai": provider})
     queue = f"test-{uuid.uuid4().hex[:8]}"
     async with build_worker(client, TOOLS, queue=queue, model=model):
@@ -66,7 +69,11 @@ def calls(*tool_calls: dict[str, Any], text: str = "") -> dict[str, Any]:
 
 
 def usage(prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "prompt_tokens_details": {"cached_tokens": cached}}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
 async def history_of(handle: WorkflowHandle) -> SessionHistory:
@@ -92,8 +99,18 @@ async def test_a_session_calls_a_tool_then_answers(chat: ChatHarness, stream: bo
     assert [t.model for t in history.trace] == ["gpt-test", "gpt-test"]
     # Cached prompt tokens are cache reads, not input: counted once.
     assert [t.usage.model_dump() for t in history.trace] == [
-        {"input_tokens": 120, "output_tokens": 9, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
-        {"input_tokens": 72, "output_tokens": 4, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 128},
+        {
+            "input_tokens": 120,
+            "output_tokens": 9,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        },
+        {
+            "input_tokens": 72,
+            "output_tokens": 4,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 128,
+        },
     ]
     assert result.usage.total() == 120 + 9 + 200 + 4
     reply = history.messages[1].model_dump(mode="json", exclude_none=True)
@@ -115,8 +132,12 @@ async def test_a_session_calls_a_tool_then_answers(chat: ChatHarness, stream: bo
     assert assistant["tool_calls"][0]["id"] == "call_t1" and assistant["content"] == "Checking."
     assert tool == {"role": "tool", "tool_call_id": "call_t1", "content": tool_result.content}
     assert tool_result.content and not tool_result.is_error
-    record(AREA, f"a tool call, then an answer ({'streamed' if stream else 'whole'})",
-           "completed; neutral blocks in history, finish reasons normalised, cached tokens as cache reads", {})
+    record(
+        AREA,
+        f"a tool call, then an answer ({'streamed' if stream else 'whole'})",
+        "completed; neutral blocks in history, finish reasons normalised, cached tokens as cache reads",
+        {},
+    )
 
 
 async def test_parallel_tool_calls_run_and_answer_in_order(chat: ChatHarness):
@@ -131,7 +152,11 @@ async def test_parallel_tool_calls_run_and_answer_in_order(chat: ChatHarness):
 
     history = await history_of(handle)
     uses = history.messages[1].tool_uses()
-    assert [(u.id, u.name) for u in uses] == [("call_a", "save_note"), ("call_b", "get_time"), ("call_c", "save_note")]
+    assert [(u.id, u.name) for u in uses] == [
+        ("call_a", "save_note"),
+        ("call_b", "get_time"),
+        ("call_c", "save_note"),
+    ]
     assert uses[2].input == {"_raw_arguments": '{"title": "c", "te'}
     results = history.messages[2].content
     assert [r.tool_use_id for r in results] == ["call_a", "call_b", "call_c"]
@@ -140,12 +165,22 @@ async def test_parallel_tool_calls_run_and_answer_in_order(chat: ChatHarness):
     sent = chat.requests(handle.id)[1]["body"]["messages"]
     assistant = sent[-4]
     assert [c["id"] for c in assistant["tool_calls"]] == ["call_a", "call_b", "call_c"]
-    assert assistant["tool_calls"][2]["function"]["arguments"] == '{"title": "c", "te'  # as the model wrote it
+    assert (
+        assistant["tool_calls"][2]["function"]["arguments"] == '{"title": "c", "te'
+    )  # as the model wrote it
     tools = sent[-3:]
-    assert [(m["role"], m["tool_call_id"]) for m in tools] == [("tool", "call_a"), ("tool", "call_b"), ("tool", "call_c")]
+    assert [(m["role"], m["tool_call_id"]) for m in tools] == [
+        ("tool", "call_a"),
+        ("tool", "call_b"),
+        ("tool", "call_c"),
+    ]
     assert tools[2]["content"].startswith("Error: ") and not tools[0]["content"].startswith("Error: ")
-    record(AREA, "three parallel tool calls, one with cut-off argument JSON",
-           "run and answered in order; the bad one is an error result the model sees, prefixed `Error: `", {})
+    record(
+        AREA,
+        "three parallel tool calls, one with cut-off argument JSON",
+        "run and answered in order; the bad one is an error result the model sees, prefixed `Error: `",
+        {},
+    )
 
 
 # ---- failures -------------------------------------------------------------------------
@@ -154,8 +189,15 @@ async def test_parallel_tool_calls_run_and_answer_in_order(chat: ChatHarness):
 @pytest.mark.parametrize(
     "header, value, expected", [("retry-after", "2", 2.0), ("retry-after-ms", "1500", 1.5)], ids=["s", "ms"]
 )
-async def test_429_is_retried_after_the_delay_asked_for(chat: ChatHarness, header: str, value: str, expected: float):
-    fault = {"status": 429, "code": "rate_limit_exceeded", "message": "Rate limit reached", "headers": {header: value}}
+async def test_429_is_retried_after_the_delay_asked_for(
+    chat: ChatHarness, header: str, value: str, expected: float
+):
+    fault = {
+        "status": 429,
+        "code": "rate_limit_exceeded",
+        "message": "Rate limit reached",
+        "headers": {header: value},
+    }
     handle = await chat.start([fault, answer("fine")])
     result = await asyncio.wait_for(handle.result(), 30)
     assert result.status == "completed" and result.answer == "fine"
@@ -164,8 +206,12 @@ async def test_429_is_retried_after_the_delay_asked_for(chat: ChatHarness, heade
     [model] = await model_activities(handle)
     assert (model.attempt, model.closed) == (2, "completed")
     assert (await history_of(handle)).trace[0].attempt == 2
-    record(AREA, f"429 with `{header}: {value}`", "retried after the delay asked for; completed",
-           {"retried after": f"{gap:.2f} s"})
+    record(
+        AREA,
+        f"429 with `{header}: {value}`",
+        "retried after the delay asked for; completed",
+        {"retried after": f"{gap:.2f} s"},
+    )
 
 
 RETRYABLE = {
@@ -199,8 +245,12 @@ async def test_401_fails_the_session_at_once_with_the_providers_message(chat: Ch
     assert len(chat.requests(handle.id)) == 1
     [model] = await model_activities(handle)
     assert (model.attempt, model.closed) == (1, "failed")
-    record(AREA, "401 with the provider's error body", "failed on the first attempt; `error` is the provider's message",
-           {"attempts": 1})
+    record(
+        AREA,
+        "401 with the provider's error body",
+        "failed on the first attempt; `error` is the provider's message",
+        {"attempts": 1},
+    )
 
 
 async def test_a_context_length_error_is_answered_by_cutting_more(chat: ChatHarness):
@@ -212,6 +262,10 @@ async def test_a_context_length_error_is_answered_by_cutting_more(chat: ChatHarn
     assert last.context_dropped > 0 and last.stop_reason == "end_turn"
     sizes = [len(json.dumps(r["body"]["messages"])) for r in chat.requests(handle.id)[4:]]
     # Each retry sent less; none repeated the request that was too long.
-    assert len(sizes) >= 2 and all(b < a for a, b in zip(sizes, sizes[1:])) and sizes[-1] <= 9000
-    record(AREA, "400 `context_length_exceeded`", "answered by leaving more of the context out; completed",
-           {"requests for the last step": len(sizes)})
+    assert len(sizes) >= 2 and all(b < a for a, b in itertools.pairwise(sizes)) and sizes[-1] <= 9000
+    record(
+        AREA,
+        "400 `context_length_exceeded`",
+        "answered by leaving more of the context out; completed",
+        {"requests for the last step": len(sizes)},
+    )

@@ -140,7 +140,9 @@ def classify(err: BaseException) -> ApplicationError:
         return err  # already decided (the missing key)
     if isinstance(err, openai.APIStatusError):
         message = provider_message(err)
-        return for_status(err.status_code, message, err.response.headers, prompt_too_long=too_long(err, message))
+        return for_status(
+            err.status_code, message, err.response.headers, prompt_too_long=too_long(err, message)
+        )
     if isinstance(err, (openai.APITimeoutError, httpx.TimeoutException)):
         return retryable("model call timed out")
     if isinstance(err, httpx.TransportError):

@@ -47,7 +47,11 @@ def build_params(call: ProviderCall) -> Chat:
 def tool(spec: dict[str, Any]) -> Chat:
     return {
         "type": "function",
-        "function": {"name": spec["name"], "description": spec["description"], "parameters": spec["input_schema"]},
+        "function": {
+            "name": spec["name"],
+            "description": spec["description"],
+            "parameters": spec["input_schema"],
+        },
     }
 
 

@@ -33,7 +33,9 @@ async def test_a_missing_key_is_terminal_and_says_what_to_do(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(Exception) as err:
         OpenAIProvider().client()
-    assert err.value.non_retryable and "OPENAI_API_KEY" in err.value.message and "restart" in err.value.message
+    assert (
+        err.value.non_retryable and "OPENAI_API_KEY" in err.value.message and "restart" in err.value.message
+    )
 
 
 async def test_counting_is_left_to_the_estimate():
@@ -82,7 +84,11 @@ def test_the_transcript_becomes_chat_messages():
             "role": "assistant",
             "content": "checking both",
             "tool_calls": [
-                {"id": "call_a", "type": "function", "function": {"name": "get_time", "arguments": '{"tz": "UTC"}'}},
+                {
+                    "id": "call_a",
+                    "type": "function",
+                    "function": {"name": "get_time", "arguments": '{"tz": "UTC"}'},
+                },
                 {"id": "call_b", "type": "function", "function": {"name": "weather", "arguments": "{}"}},
             ],
         },
@@ -94,7 +100,9 @@ def test_the_transcript_becomes_chat_messages():
 
 
 def test_an_assistant_message_of_tool_calls_alone_has_no_content_and_no_tools_means_no_tools_key():
-    only_calls = [{"role": "assistant", "content": [{"type": "tool_use", "id": "c", "name": "t", "input": {}}]}]
+    only_calls = [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "c", "name": "t", "input": {}}]}
+    ]
     params = build_params(ProviderCall(model="m", system="", max_tokens=1, tools=[], messages=only_calls))
     assert params["messages"] == [
         {"role": "assistant", "content": None,
@@ -116,7 +124,9 @@ def test_arguments_that_were_not_json_round_trip_as_written():
 # ---- the reply, back ------------------------------------------------------------------
 
 
-def _completion(message: dict[str, Any], finish_reason: str, usage: dict[str, Any] | None = None) -> ChatCompletion:
+def _completion(
+    message: dict[str, Any], finish_reason: str, usage: dict[str, Any] | None = None
+) -> ChatCompletion:
     return ChatCompletion.model_validate({
         "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-x-2025",
         "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish_reason}],
@@ -131,7 +141,9 @@ def test_a_completion_with_parallel_tool_calls_becomes_a_turn_in_order():
     ]
     usage_body = {"prompt_tokens": 100, "completion_tokens": 7, "total_tokens": 107,
                   "prompt_tokens_details": {"cached_tokens": 64}}  # fmt: skip
-    turn = to_turn(from_completion(_completion({"content": "both", "tool_calls": calls}, "tool_calls", usage_body)))
+    turn = to_turn(
+        from_completion(_completion({"content": "both", "tool_calls": calls}, "tool_calls", usage_body))
+    )
     text, first, second = turn.message.content
     assert text == TextBlock(text="both")
     assert first == ToolUseBlock(id="call_1", name="get_time", input={"tz": "UTC"})
@@ -141,7 +153,9 @@ def test_a_completion_with_parallel_tool_calls_becomes_a_turn_in_order():
     assert turn.usage == Usage(input_tokens=36, output_tokens=7, cache_read_input_tokens=64)
 
 
-def _chunk(delta: dict[str, Any] | None, finish_reason: str | None = None, usage: Any = None) -> ChatCompletionChunk:
+def _chunk(
+    delta: dict[str, Any] | None, finish_reason: str | None = None, usage: Any = None
+) -> ChatCompletionChunk:
     choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish_reason}]
     return ChatCompletionChunk.model_validate({
         "id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x", "choices": choices,
@@ -245,7 +259,9 @@ def test_status_errors_are_classified_with_the_providers_message(status, message
 
 def test_a_retryable_status_honours_retry_after():
     assert classify(_status_error(429, "slow", {"retry-after": "7"})).next_retry_delay == timedelta(seconds=7)
-    assert classify(_status_error(429, "slow", {"retry-after-ms": "1500"})).next_retry_delay == timedelta(seconds=1.5)
+    assert classify(_status_error(429, "slow", {"retry-after-ms": "1500"})).next_retry_delay == timedelta(
+        seconds=1.5
+    )
     assert classify(_status_error(500, "oops")).next_retry_delay is None
 
 
