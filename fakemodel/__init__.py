@@ -1,5 +1,7 @@
-"""A local fake of Anthropic's Messages API (see `fakemodel.server`)."""
+"""Local fakes of Anthropic's Messages API (`fakemodel.server`) and OpenAI's Chat
+Completions API (`fakemodel.openai_server`)."""
 
+from fakemodel.openai_server import FakeChatServer
 from fakemodel.server import FakeModelServer
 
-__all__ = ["FakeModelServer"]
+__all__ = ["FakeChatServer", "FakeModelServer"]

@@ -111,7 +111,7 @@ class Script:
                 return turn
             key = session if session in self.turns else "*" if "*" in self.turns else None
             if key is None:
-                return demo_turn(body)
+                return self.demo(body)
             queue = self.turns[key]
             if not queue:
                 return {
@@ -123,12 +123,20 @@ class Script:
             limit = turn.get("prompt_limit")
             if limit is not None and len(json.dumps(body.get("messages", []))) > limit:
                 # Like the API's context check: the turn stays for a request that fits.
-                return {"status": 400, "message": f"prompt is too long: more than {limit} characters"}
+                return self.too_long(limit)
             self.used[key] += 1
             queue.popleft()
             if turn.get("repeat"):
                 queue.appendleft(turn)
             return turn
+
+    def too_long(self, limit: int) -> dict[str, Any]:
+        """The fault a request over a turn's `prompt_limit` gets, as this API words it."""
+        return {"status": 400, "message": f"prompt is too long: more than {limit} characters"}
+
+    def demo(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The turn for a session with no script."""
+        return demo_turn(body)
 
     def log(self, session: str, step: str | None, body: dict[str, Any]) -> dict[str, Any]:
         entry = {"session": session, "step": step, "body": body, "at": time.time(), "done": None}
@@ -317,9 +325,13 @@ class Handler(BaseHTTPRequestHandler):
         elif url.path == "/_reset":
             self.server.script.__init__()
             self._json(200, {"ok": True})
-        elif url.path == "/v1/messages":
-            self._messages()
-        elif url.path == "/v1/messages/count_tokens":
+        else:
+            self._api(url.path)
+
+    def _api(self, path: str) -> None:
+        if path == "/v1/messages":
+            self._scripted_call()
+        elif path == "/v1/messages/count_tokens":
             body = self._body()
             count = max(1, len(json.dumps([body.get("system"), body.get("tools"), body.get("messages")])) // 4)
             self._json(200, {"input_tokens": count})
@@ -327,7 +339,8 @@ class Handler(BaseHTTPRequestHandler):
             self._body()  # read it, or the next request on this connection starts inside it
             self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "not found"}})
 
-    def _messages(self) -> None:
+    def _scripted_call(self) -> None:
+        """Log the request and answer it with the session's next turn."""
         body = self._body()
         session = self.headers.get("x-agent-session", "")
         step = self.headers.get("x-agent-step")
@@ -348,7 +361,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         if self.headers.get("x-agent-purpose") == "summary":
             # A summary of what no longer fits the context: answered without using a turn.
-            excerpt = body["messages"][0]["content"][0]["text"]
+            excerpt = self._summary_request_text(body)
             turn = {"text": f"{PREFIX}summary of {excerpt.count('tool_use_id')} tool results and what led to them."}
         else:
             turn = self.server.script.next_turn(session, body)
@@ -359,11 +372,21 @@ class Handler(BaseHTTPRequestHandler):
             self.connection.close()
             return
         if "status" in turn:
-            self._json(int(turn["status"]), _error(int(turn["status"]), turn.get("message")), turn.get("headers"))
+            self._json(int(turn["status"]), self._error_body(turn), turn.get("headers"))
             return
         if "raw" in turn:
             self._raw(turn["raw"].encode())
             return
+        self._reply(session, turn, body)
+
+    def _summary_request_text(self, body: dict[str, Any]) -> str:
+        return body["messages"][0]["content"][0]["text"]
+
+    def _error_body(self, turn: dict[str, Any]) -> dict[str, Any]:
+        return _error(int(turn["status"]), turn.get("message"))
+
+    def _reply(self, session: str, turn: dict[str, Any], body: dict[str, Any]) -> None:
+        """A scripted turn answered: JSON, or server-sent events when the request streams."""
         message = build_message(turn, body, self.server.cache.usage(session, body))
         if turn.get("malformed") and not body.get("stream"):
             self._raw(json.dumps(message).encode()[:-20])
@@ -473,9 +496,10 @@ def _chunks(text: str, size: int = 24) -> list[str]:
 
 class FakeModelHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    handler: type[Handler] = Handler
 
     def __init__(self, address: tuple[str, int], api_key: str | None = None):
-        super().__init__(address, Handler)
+        super().__init__(address, self.handler)
         self.script = Script()
         self.cache = PromptCache()
         self.api_key = api_key
@@ -484,8 +508,10 @@ class FakeModelHTTPServer(ThreadingHTTPServer):
 class FakeModelServer:
     """The server in a background thread of this process, on 127.0.0.1."""
 
+    http_server: type[FakeModelHTTPServer] = FakeModelHTTPServer
+
     def __init__(self, port: int = 0, api_key: str | None = None):
-        self.httpd = FakeModelHTTPServer(("127.0.0.1", port), api_key=api_key)
+        self.httpd = self.http_server(("127.0.0.1", port), api_key=api_key)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property

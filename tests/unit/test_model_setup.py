@@ -5,21 +5,19 @@ from __future__ import annotations
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.model import ModelActivities
-from activities.transcript import TranscriptStore
+from activities.providers.anthropic import AnthropicProvider
 
 
-def test_a_missing_api_key_is_terminal_with_the_fix(monkeypatch, tmp_path):
+def test_a_missing_api_key_is_terminal_with_the_fix(monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
-    model = ModelActivities(store=TranscriptStore(tmp_path))
     with pytest.raises(ApplicationError) as err:
-        model._anthropic()
+        AnthropicProvider().client()
     assert err.value.non_retryable
     assert "ANTHROPIC_API_KEY is not set in the worker's environment" in err.value.message
 
 
-def test_a_key_in_the_environment_is_used(monkeypatch, tmp_path):
+def test_a_key_in_the_environment_is_used(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-real")
-    client = ModelActivities(store=TranscriptStore(tmp_path))._anthropic()
+    client = AnthropicProvider().client()
     assert client.api_key == "sk-test-not-real" and client.max_retries == 0

@@ -1,0 +1,53 @@
+"""Model providers, chosen by the model string's prefix.
+
+`anthropic:claude-sonnet-4-5` is Anthropic's `claude-sonnet-4-5`, `openai:gpt-4.1-mini`
+goes to OpenAI's Chat Completions API (or any server that speaks it); a bare name is
+Anthropic's too, so sessions started before prefixes existed keep working. A prefix is
+letters, digits, `-` and `_` before the first colon (a name with a dot before its colon,
+like a Bedrock model id, stays bare). A new provider is one module implementing
+`Provider` and one entry in `FACTORIES`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+
+from activities.errors import terminal
+from activities.providers.anthropic import AnthropicProvider
+from activities.providers.base import ModelTurn, OnText, Provider, ProviderCall
+from activities.providers.openai import OpenAIProvider
+
+__all__ = ["FACTORIES", "ModelTurn", "OnText", "Provider", "ProviderCall", "resolve", "split"]
+
+FACTORIES: dict[str, Callable[[], Provider]] = {
+    "anthropic": AnthropicProvider,
+    "openai": OpenAIProvider,
+}
+DEFAULT = "anthropic"
+
+_PREFIX = re.compile(r"([A-Za-z][A-Za-z0-9_-]*):(.+)")
+# One per worker process: a provider holds a client and its connection pool.
+_built: dict[str, Provider] = {}
+
+
+def split(model: str) -> tuple[str, str]:
+    """The provider's name and the model's own name; an unknown prefix is terminal."""
+    match = _PREFIX.fullmatch(model)
+    if match is None:
+        return DEFAULT, model
+    name, bare = match.groups()
+    if name not in FACTORIES:
+        known = ", ".join(f"{key}:" for key in FACTORIES)
+        raise terminal(f"unknown model provider {name!r} in model {model!r}; known providers: {known}")
+    return name, bare
+
+
+def resolve(model: str, providers: Mapping[str, Provider] | None = None) -> tuple[Provider, str]:
+    """The provider for `model` (from `providers` if given there) and the bare model name."""
+    name, bare = split(model)
+    if providers is not None and name in providers:
+        return providers[name], bare
+    if name not in _built:
+        _built[name] = FACTORIES[name]()
+    return _built[name], bare

@@ -1,0 +1,172 @@
+"""Anthropic's Messages API as a provider.
+
+`AsyncAnthropic(max_retries=0)`: Temporal owns retries, and `classify` decides which
+failures it retries. The API key is read here, in the worker process, from the
+environment (`ANTHROPIC_API_KEY` or `ANTHROPIC_AUTH_TOKEN`, and `ANTHROPIC_BASE_URL`);
+it never enters a workflow input. The transcript store already holds Anthropic's
+content blocks, so messages go out as they are, with prompt-cache breakpoints added.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import anthropic
+import httpx2 as httpx
+from temporalio.exceptions import ApplicationError
+
+from activities.errors import IncompleteResponse, for_status, retryable, terminal
+from activities.providers.base import ModelTurn, OnText, ProviderCall
+from activities.types import Message, StopReason, Usage
+
+TIMEOUT_S = 110.0
+CACHE = {"type": "ephemeral"}
+STOP_REASONS: dict[str, StopReason] = {
+    "end_turn": "end_turn",
+    "stop_sequence": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "model_context_window_exceeded": "max_tokens",
+    "refusal": "refusal",
+    "pause_turn": "pause_turn",
+}
+
+
+class AnthropicProvider:
+    name = "anthropic"
+
+    def __init__(self, client: anthropic.AsyncAnthropic | None = None):
+        self._client = client
+
+    def client(self) -> anthropic.AsyncAnthropic:
+        """The client, built on first use from the worker's environment."""
+        if self._client is None:
+            if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
+                # No retry can fix this: fail the session with what to do.
+                raise terminal(
+                    "ANTHROPIC_API_KEY is not set in the worker's environment; set it and restart the worker"
+                )
+            self._client = anthropic.AsyncAnthropic(max_retries=0, timeout=TIMEOUT_S)
+        return self._client
+
+    async def complete(self, call: ProviderCall, on_text: OnText | None = None) -> ModelTurn:
+        """One Messages API call, streamed when the call asks for it."""
+        params = build_params(call)
+        if call.stream:
+            final = await self._stream(params, call.headers, on_text)
+        else:
+            final = await self.client().messages.create(**params, extra_headers=call.headers)
+        return to_turn(final)
+
+    async def _stream(
+        self, params: dict[str, Any], headers: dict[str, str], on_text: OnText | None
+    ) -> anthropic.types.Message:
+        async with self.client().messages.stream(**params, extra_headers=headers) as stream:
+            async for text in stream.text_stream:
+                if on_text is not None:
+                    await on_text(text)
+            final = await stream.get_final_message()
+        if final.stop_reason is None:
+            # The SDK returns what arrived; without message_stop the answer is partial.
+            raise IncompleteResponse("the stream ended before message_stop")
+        return final
+
+    async def count_tokens(self, call: ProviderCall) -> int | None:
+        """The prompt's size as the API counts it, or None if it cannot say."""
+        try:
+            params = build_params(call)
+            params.pop("max_tokens", None)
+            counted = await self.client().messages.count_tokens(**params, extra_headers=call.headers)
+            return counted.input_tokens
+        except Exception:  # counting is an optimisation; the estimate stands
+            return None
+
+    def classify(self, err: BaseException) -> ApplicationError:
+        """Turn a failure of a Messages API call into the error Temporal should see."""
+        return classify(err)
+
+
+def build_params(call: ProviderCall) -> dict[str, Any]:
+    """The Messages API request, with cache breakpoints on tools, system and history."""
+    tools = [spec.for_model() for spec in call.tools]
+    if tools and call.cache:
+        tools[-1] = {**tools[-1], "cache_control": CACHE}
+    params: dict[str, Any] = {
+        "model": call.model,
+        "max_tokens": call.max_tokens,
+        "messages": _with_history_breakpoint(call.messages) if call.cache else call.messages,
+    }
+    if call.system:
+        system: dict[str, Any] = {"type": "text", "text": call.system}
+        params["system"] = [{**system, "cache_control": CACHE} if call.cache else system]
+    if tools:
+        params["tools"] = tools
+    return params
+
+
+def _with_history_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not messages or not messages[-1]["content"]:
+        return messages
+    last = messages[-1]
+    blocks = list(last["content"])
+    blocks[-1] = {**blocks[-1], "cache_control": CACHE}
+    return [*messages[:-1], {**last, "content": blocks}]
+
+
+def to_turn(final: anthropic.types.Message) -> ModelTurn:
+    """The SDK's message as the project's normalised turn."""
+    content = [block.model_dump(mode="json", exclude_none=True) for block in final.content]
+    return ModelTurn(
+        message=Message.model_validate({"role": "assistant", "content": content}),
+        stop_reason=stop_reason(final.stop_reason),
+        usage=usage(final.usage),
+        model=final.model,
+    )
+
+
+def stop_reason(value: str | None) -> StopReason:
+    return STOP_REASONS.get(value or "", "other")
+
+
+def usage(value: Any) -> Usage:
+    return Usage(
+        input_tokens=value.input_tokens or 0,
+        output_tokens=value.output_tokens or 0,
+        cache_creation_input_tokens=getattr(value, "cache_creation_input_tokens", None) or 0,
+        cache_read_input_tokens=getattr(value, "cache_read_input_tokens", None) or 0,
+    )
+
+
+def provider_message(err: anthropic.APIStatusError) -> str:
+    """The message of Anthropic's error body (`{"error": {"message": ...}}`)."""
+    body = err.body
+    if isinstance(body, dict):
+        inner = body.get("error")
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+        if body.get("message"):
+            return str(body["message"])
+    return err.message or err.response.reason_phrase
+
+
+def classify(err: BaseException) -> ApplicationError:
+    """Retryable: 408, 409, 429, 5xx, connection, timeouts, cut or unreadable answers."""
+    if isinstance(err, ApplicationError):
+        return err  # already decided (the missing key)
+    if isinstance(err, anthropic.APIStatusError):
+        message = provider_message(err)
+        too_long = "prompt is too long" in message.lower()
+        return for_status(err.status_code, message, err.response.headers, prompt_too_long=too_long)
+    if isinstance(err, (anthropic.APITimeoutError, httpx.TimeoutException)):
+        return retryable("model call timed out")
+    if isinstance(err, httpx.TransportError):
+        # Raised as is (not wrapped by the SDK) while a stream is being read.
+        return retryable(f"model connection error: {type(err).__name__} {err}".rstrip())
+    if isinstance(err, IncompleteResponse):
+        return retryable(f"model response incomplete: {err}")
+    if isinstance(err, anthropic.APIConnectionError):
+        return retryable(f"model connection error: {err.__cause__ or err}")
+    if isinstance(err, (anthropic.APIResponseValidationError, ValueError, KeyError)):
+        return retryable(f"model sent a response that cannot be read: {err}")
+    return retryable(f"model call failed: {type(err).__name__}: {err}")
