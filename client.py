@@ -17,7 +17,10 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
+
+from activities.providers import split
 
 from plumbing import render, sessions
 from plumbing.watch import watch as follow
@@ -183,6 +186,7 @@ async def start_input(client: Client, args: argparse.Namespace) -> SessionInput:
         }.items()
         if value is not None
     }
+    check_model(args.model)
     price = price_for(args.model)
     if args.cost_budget is not None and price is None:
         raise UserError(
@@ -205,6 +209,14 @@ async def start_input(client: Client, args: argparse.Namespace) -> SessionInput:
         )
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
+
+
+def check_model(model: str) -> None:
+    """An unknown provider prefix is the caller's mistake, said before anything starts."""
+    try:
+        split(model)
+    except ApplicationError as err:
+        raise UserError(err.message) from None
 
 
 def read_goal(args: argparse.Namespace) -> str:

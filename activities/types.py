@@ -110,6 +110,10 @@ class ToolSpec(BaseModel):
     # Short retry-safe tools may run as local activities, in the workflow task that
     # received the model's response: one workflow task per step instead of two.
     local: bool = False
+    # An MCP tool: the server (from the worker's definitions) that runs it, and the bound
+    # on one call. None for the worker's Python tools.
+    server: str | None = None
+    timeout_seconds: float | None = None
 
     def for_model(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
@@ -117,7 +121,8 @@ class ToolSpec(BaseModel):
 
 def tool_specs_text(specs: list[ToolSpec]) -> tuple[str, str]:
     """The canonical text of a tool list and its SHA-256, the same in workflow and activity."""
-    text = json.dumps([s.model_dump(mode="json") for s in specs], sort_keys=True, ensure_ascii=False)
+    # exclude_none: fields added later do not change the text (and hash) of older lists.
+    text = json.dumps([s.model_dump(mode="json", exclude_none=True) for s in specs], sort_keys=True, ensure_ascii=False)
     return text, hashlib.sha256(text.encode()).hexdigest()
 
 
