@@ -22,13 +22,15 @@ from temporalio.service import RPCError
 
 from activities.providers import split
 
-from plumbing import render, sessions
+from activities.definitions import DefinitionError, Definitions, load_definitions
+from plumbing import agents, render, schedules, sessions
+from plumbing.fork import forked_input
 from plumbing.watch import watch as follow
 from plumbing.connection import connect, task_queue
 from plumbing.errors import AgentError, BadRequest, Rejected, SessionExists, SessionNotFound, Unreachable
 from workflows.agent import AgentWorkflow
 from workflows.pricing import PRICES, price_for
-from workflows.types import DEFAULT_MODEL, CancelRequest, Decision, Limits, SessionInput, SessionStatus, UserMessage
+from workflows.types import DEFAULT_MODEL, CancelRequest, Decision, SessionInput, SessionStatus, UserMessage
 
 EXIT_NOT_COMPLETED = 2
 UserError = BadRequest  # a mistake the person can fix; printed as one line
@@ -74,7 +76,27 @@ def json_object(text: str) -> dict[str, Any]:
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        finish(1, err=f"error: {message} (see: python client.py {self.prog.split()[-1]} --help)")
+        command = self.prog.removeprefix("python client.py").strip()
+        finish(1, err=f"error: {message} (see: python client.py {command + ' ' if command else ''}--help)")
+
+
+def add_session_flags(command: argparse.ArgumentParser) -> None:
+    """The settings of a new session, shared by `start` and `schedule create`."""
+    command.add_argument("--system", help="system prompt")
+    command.add_argument("--agent", help="the agent to run, from the definitions (default: the file's default)")
+    command.add_argument("--model", default=os.environ.get("AGENT_MODEL"), help=f"provider:model (default: the agent's, else {DEFAULT_MODEL})")
+    command.add_argument("--user", default=os.environ.get("AGENT_USER", "anonymous"), help="user the session acts for")
+    command.add_argument("--max-steps", type=positive_int, help="most model calls (default 20)")
+    command.add_argument("--token-budget", type=positive_int, help="most tokens, cache included")
+    command.add_argument("--cost-budget", type=positive_float, help="most USD (needs prices for the model)")
+    command.add_argument("--timeout", type=positive_float, help="wall-clock limit in seconds (default 3600)")
+    command.add_argument("--max-tokens", type=positive_int, help="max_tokens per model call (default 4096)")
+    command.add_argument("--model-timeout", type=positive_float, help="seconds one model call attempt may take (default 120)")
+    command.add_argument("--tools", help="comma-separated tool names (default: all the worker has)")
+    command.add_argument("--chat", action="store_true", help="keep the session open for more messages")
+    command.add_argument("--idle-timeout", type=positive_float, help="a chat ends after this many idle seconds (default 86400)")
+    command.add_argument("--context-tokens", type=positive_int, help="the model's context window (default 200000)")
+    command.add_argument("--summarize-dropped", action="store_true", help="summarise what no longer fits the context")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -85,22 +107,33 @@ def parser() -> argparse.ArgumentParser:
     start.add_argument("goal", nargs="?", help="what the agent should do")
     start.add_argument("--goal-file", type=Path, help="read the goal from this file")
     start.add_argument("--session", help="session id (default: a new one)")
-    start.add_argument("--system", help="system prompt")
-    start.add_argument("--model", default=os.environ.get("AGENT_MODEL", DEFAULT_MODEL), help="model name")
-    start.add_argument("--user", default=os.environ.get("AGENT_USER", "anonymous"), help="user the session acts for")
-    start.add_argument("--max-steps", type=positive_int, help="most model calls (default 20)")
-    start.add_argument("--token-budget", type=positive_int, help="most tokens, cache included")
-    start.add_argument("--cost-budget", type=positive_float, help="most USD (needs prices for the model)")
-    start.add_argument("--timeout", type=positive_float, help="wall-clock limit in seconds (default 3600)")
-    start.add_argument("--max-tokens", type=positive_int, help="max_tokens per model call (default 4096)")
-    start.add_argument("--model-timeout", type=positive_float, help="seconds one model call attempt may take (default 120)")
-    start.add_argument("--tools", help="comma-separated tool names (default: all the worker has)")
-    start.add_argument("--chat", action="store_true", help="keep the session open for more messages")
-    start.add_argument("--idle-timeout", type=positive_float, help="a chat ends after this many idle seconds (default 86400)")
-    start.add_argument("--context-tokens", type=positive_int, help="the model's context window (default 200000)")
-    start.add_argument("--summarize-dropped", action="store_true", help="summarise what no longer fits the context")
+    add_session_flags(start)
     start.add_argument("--wait", action="store_true", help="wait for the end and print the answer")
     start.add_argument("--watch", action="store_true", help="follow the session live until it ends")
+
+    fork = commands.add_parser("fork", help="a new session from another's state after step N")
+    fork.add_argument("session", help="the session to fork (it is only read)")
+    fork.add_argument("--at-step", type=positive_int, required=True, help="the step to fork after")
+    fork.add_argument("--session", dest="new_session", help="the new session's id (default: ID.fork-XXXX)")
+    fork.add_argument("--message", help="one more user message for the fork")
+    fork.add_argument("--model", help="run the fork with another provider:model")
+    fork.add_argument("--watch", action="store_true", help="follow the fork live until it ends")
+
+    schedule = commands.add_parser("schedule", help="start sessions on a timetable (Temporal Schedules)")
+    schedule_commands = schedule.add_subparsers(dest="schedule_command", required=True, parser_class=Parser)
+    create = schedule_commands.add_parser("create", help="a schedule that starts a session with GOAL")
+    create.add_argument("name")
+    create.add_argument("goal", nargs="?", help="what each session should do")
+    create.add_argument("--goal-file", type=Path, help="read the goal from this file")
+    when = create.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", help='a cron expression, like "0 7 * * 1-5"')
+    when.add_argument("--every", help="an interval, like 15m, 1h or 1d")
+    add_session_flags(create)
+    schedule_commands.add_parser("list", help="the schedules").add_argument("--json", action="store_true")
+    for name, text in [("pause", "stop starting sessions"), ("unpause", "start sessions again"),
+                       ("delete", "remove the schedule (its sessions go on)"),
+                       ("trigger", "start a session now, even if one is running")]:  # fmt: skip
+        schedule_commands.add_parser(name, help=text).add_argument("name")
 
     for name, text in [("status", "the session's status"), ("history", "the conversation and trace")]:
         cmd = commands.add_parser(name, help=text)
@@ -138,6 +171,9 @@ def parser() -> argparse.ArgumentParser:
     watch.add_argument("--json", action="store_true", help="one JSON event per line")
     watch.add_argument("--no-prompt", action="store_true", help="never ask y/n for approvals")
 
+    agents_cmd = commands.add_parser("agents", help="the agent definitions (AGENT_DEFINITIONS, default agents.toml)")
+    agents_cmd.add_argument("--json", action="store_true", help="one JSON object per line")
+
     listing = commands.add_parser("list", help="sessions, newest first")
     listing.add_argument("--status", help="only sessions with this status (e.g. waiting_approval)")
     listing.add_argument("--user", help="only sessions of this user")
@@ -173,6 +209,9 @@ async def start(client: Client, args: argparse.Namespace) -> int:
 
 async def start_input(client: Client, args: argparse.Namespace) -> SessionInput:
     goal = read_goal(args)
+    if args.model is not None:
+        check_model(args.model)
+    definitions = read_definitions()
     limits = {
         key: value
         for key, value in {
@@ -186,29 +225,41 @@ async def start_input(client: Client, args: argparse.Namespace) -> SessionInput:
         }.items()
         if value is not None
     }
-    check_model(args.model)
-    price = price_for(args.model)
-    if args.cost_budget is not None and price is None:
-        raise UserError(
-            f"no prices for model {args.model!r}, so a cost budget cannot be kept; "
-            f"models with prices: {', '.join(sorted(PRICES))}"
-        )
+    fields = {
+        "user_id": args.user,
+        "model": args.model,
+        "system": args.system,
+        "tools": [t.strip() for t in args.tools.split(",") if t.strip()] if args.tools else None,
+        "chat": args.chat or None,
+        "summarize_dropped": args.summarize_dropped or None,
+        "idle_timeout_seconds": args.idle_timeout,
+        "search_attributes": await sessions.has_search_attributes(client),
+    }
     try:
-        return SessionInput(
-            goal=goal,
-            user_id=args.user,
-            model=args.model,
-            limits=Limits(**limits),
-            price=price,
-            tools=[t.strip() for t in args.tools.split(",") if t.strip()] if args.tools else None,
-            search_attributes=await sessions.has_search_attributes(client),
-            chat=args.chat,
-            summarize_dropped=args.summarize_dropped,
-            **({"idle_timeout_seconds": args.idle_timeout} if args.idle_timeout is not None else {}),
-            **({"system": args.system} if args.system is not None else {}),
-        )
+        agent = agents.chosen_agent(definitions, args.agent)
+        session_input = agents.session_input(definitions, agent, goal=goal, limits=limits, fields=fields)
+    except DefinitionError as err:
+        raise UserError(str(err)) from None
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
+    if session_input.limits.cost_budget_usd is not None and session_input.price is None:
+        raise UserError(
+            f"no prices for model {session_input.model!r}, so a cost budget cannot be kept; "
+            f"models with prices: {', '.join(sorted(PRICES))}"
+        )
+    return session_input
+
+
+def read_definitions() -> Definitions:
+    try:
+        return load_definitions()
+    except DefinitionError as err:
+        raise UserError(str(err)) from None
+
+
+async def list_agents(client: Client | None, args: argparse.Namespace) -> int:
+    render.print_agents(agents.describe(read_definitions()), as_json=args.json)
+    return 0
 
 
 def check_model(model: str) -> None:
@@ -278,7 +329,47 @@ async def decide(client: Client, args: argparse.Namespace) -> int:
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
     update = AgentWorkflow.approve_call if args.command == "approve" else AgentWorkflow.deny_call
-    print(await sessions.act(client, args.session, update, decision))
+    owner = await sessions.owner_of_call(client, args.session, args.tool_use_id)
+    print(await sessions.act(client, owner, update, decision))
+    return 0
+
+
+async def fork(client: Client, args: argparse.Namespace) -> int:
+    source = sessions.handle(client, args.session)
+    found = await sessions.history(client, args.session)
+    started, _ = await sessions.start_input(client, source)
+    if args.model is not None:
+        check_model(args.model)
+        started = started.model_copy(update={"model": args.model, "price": price_for(args.model)})
+    session_input = forked_input(started, found, args.at_step, args.message)
+    session_id = args.new_session or f"{args.session}.fork-{uuid.uuid4().hex[:6]}"
+    details = render.session_details(session_input) + f"\n**forked from** {args.session} after step {args.at_step}"
+    try:
+        handle = await sessions.start(
+            client, session_input, session_id, task_queue=task_queue(),
+            summary=render.shorten(session_input.goal, 200), details=details,
+        )  # fmt: skip
+    except SessionExists:
+        raise UserError(f"session {session_id} already exists") from None
+    print(session_id, flush=True)
+    if args.watch:
+        return await follow(client, handle, ui_url(session_id, client.namespace))
+    return 0
+
+
+async def schedule(client: Client, args: argparse.Namespace) -> int:
+    if args.schedule_command == "create":
+        session_input = await start_input(client, args)
+        every = schedules.parse_every(args.every) if args.every else None
+        await schedules.create(
+            client, args.name, session_input, task_queue=task_queue(), cron=args.cron, every=every,
+            summary=render.shorten(session_input.goal, 200),
+        )  # fmt: skip
+        print(f"created schedule {args.name}")
+    elif args.schedule_command == "list":
+        render.print_schedules(await schedules.listing(client), as_json=args.json)
+    else:
+        print(await schedules.act(client, args.name, args.schedule_command))
     return 0
 
 
@@ -347,11 +438,28 @@ COMMANDS = {
     "close": close,
     "export": export,
     "list": list_sessions,
+    "agents": list_agents,
+    "fork": fork,
+    "schedule": schedule,
 }
+OFFLINE = {"agents"}  # commands that need no Temporal connection
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The arguments; a goal may also come after the options (`schedule create NAME --every 1h GOAL`)."""
+    root = parser()
+    args, extra = root.parse_known_args(argv)
+    if len(extra) == 1 and not extra[0].startswith("-") and getattr(args, "goal", "") is None:
+        args.goal = extra[0]
+    elif extra:
+        root.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 async def run(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
+    args = parse(argv)
+    if args.command in OFFLINE:
+        return await COMMANDS[args.command](None, args)
     try:
         client = await connect()
     except Unreachable as err:

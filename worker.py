@@ -29,6 +29,7 @@ from datetime import timedelta
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from activities.definitions import DefinitionError, Definitions, definitions_path, load_definitions
 from activities.model import ModelActivities
 from activities.tools import Tool, ToolActivities
 from plumbing.connection import Unreachable, connect, task_queue
@@ -72,18 +73,32 @@ def build_worker(
     )
 
 
+def check_definitions(definitions: Definitions, tools: list[Tool]) -> None:
+    """Every Python tool an agent names must be one this worker runs."""
+    known = {t.name for t in tools}
+    for name, agent in definitions.agents.items():
+        missing = sorted(set(agent.tools or []) - known)
+        if missing:
+            raise DefinitionError(
+                f"{definitions_path()}: agents.{name}.tools: this worker has no tool {missing[0]!r}; "
+                f"its tools: {', '.join(sorted(known))}"
+            )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(prog="python worker.py", description=__doc__.splitlines()[0])
     parser.add_argument("--tools", default=DEFAULT_TOOLS, help="module:NAME of a list of tools")
     parser.add_argument("--sandbox", action="store_true", help="run the workflow in Temporal's sandbox")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    tools = load_tools(args.tools)
     try:
+        check_definitions(load_definitions(), tools)
         client = await connect()
-    except Unreachable as err:
+    except (Unreachable, DefinitionError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
-    worker = build_worker(client, load_tools(args.tools), sandboxed=args.sandbox or None)
+    worker = build_worker(client, tools, sandboxed=args.sandbox or None)
     if not os.environ.get("ANTHROPIC_API_KEY"):
         logging.warning("ANTHROPIC_API_KEY is not set: model calls will fail until it is")
     logging.info("worker on task queue %s", task_queue())

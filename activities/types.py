@@ -114,6 +114,8 @@ class ToolSpec(BaseModel):
     # on one call. None for the worker's Python tools.
     server: str | None = None
     timeout_seconds: float | None = None
+    # A sub-agent, called as a tool: it runs as a child session of the workflow.
+    subagent: str | None = None
 
     def for_model(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "input_schema": self.input_schema}

@@ -7,6 +7,7 @@ is a local server at localhost:7233. `TEMPORAL_TASK_QUEUE` names the task queue.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 
@@ -20,6 +21,7 @@ from plumbing.errors import Unreachable
 from plumbing.payload_store import LocalFileDriver
 
 LARGE_PAYLOAD_BYTES = 256 * 1024
+STARTING_SERVER_WAIT = 30.0
 
 DEFAULT_ADDRESS = "localhost:7233"
 
@@ -51,9 +53,17 @@ def data_converter() -> DataConverter:
 
 
 async def connect(**overrides) -> Client:
-    """Connect with the environment's configuration and the project's data converter."""
+    """Connect with the environment's configuration and the project's data converter.
+
+    A server that is still starting ("Frontend is not healthy yet") is waited for, up to
+    `STARTING_SERVER_WAIT`; any other failure is `Unreachable` at once."""
     config = {**connect_config(), **overrides}
-    try:
-        return await Client.connect(**config, data_converter=data_converter())
-    except RuntimeError as err:
-        raise Unreachable(f"cannot reach Temporal at {config['target_host']}: {err}") from err
+    deadline = asyncio.get_running_loop().time() + STARTING_SERVER_WAIT
+    while True:
+        try:
+            return await Client.connect(**config, data_converter=data_converter())
+        except RuntimeError as err:
+            if "not healthy yet" in str(err) and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.2)
+                continue
+            raise Unreachable(f"cannot reach Temporal at {config['target_host']}: {err}") from err

@@ -27,6 +27,7 @@ def session_details(session: SessionInput) -> str:
     """The workflow's static details in the Temporal UI."""
     limits = session.limits
     lines = [
+        *([f"**agent** {session.agent.name}"] if session.agent else []),
         f"**model** {session.model} (prompt {session.prompt_version})",
         f"**user** {session.user_id}",
         f"**limits** {limits.max_steps} steps, {limits.token_budget} tokens, "
@@ -128,3 +129,36 @@ def print_approval_hint(session_id: str, tool_use_id: str, name: str, arguments:
     console.print(f"[yellow]⏸ waiting for approval:[/] {name} {escape(shorten(arguments, 200))}")
     console.print(f"   approve: python client.py approve {session_id} {tool_use_id}")
     console.print(f"   deny:    python client.py deny {session_id} {tool_use_id} --reason \"...\"")
+
+
+def print_agents(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    if not rows:
+        console.print("no agents defined (see AGENT_DEFINITIONS in the README)")
+    for row in rows:
+        default = " [dim](default)[/]" if row["default"] else ""
+        console.print(f"[bold]{escape(row['name'])}[/]{default} · {escape(row['model'])}")
+        if row["description"]:
+            console.print(f"  {escape(row['description'])}")
+        tools = ", ".join(row["tools"]) if row["tools"] is not None else "all of the worker's"
+        console.print(f"  tools: {escape(tools)}")
+        for key in ("mcp_servers", "subagents"):
+            if row[key]:
+                console.print(f"  {key.replace('_', ' ')}: {escape(', '.join(row[key]))}")
+
+
+def print_schedules(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    if not rows:
+        console.print("no schedules")
+    for row in rows:
+        state = " [yellow](paused)[/]" if row["paused"] else ""
+        console.print(f"[bold]{escape(row['name'])}[/]{state} · {escape(row['spec'])} · next {row['next_run'] or '-'}")
+        for session in row["recent_sessions"][-3:]:
+            console.print(f"  {escape(session)}")

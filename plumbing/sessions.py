@@ -11,7 +11,7 @@ from __future__ import annotations
 import getpass
 import json
 from collections.abc import Callable
-from datetime import timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType, IndexedValueType
@@ -125,7 +125,7 @@ async def status(client: Client, session_id: str) -> SessionStatus:
     try:
         snapshot = await query(h, AgentWorkflow.status, timeout=STUCK_QUERY_TIMEOUT)
     except (NoWorker, Rejected, RPCError):  # a failing task may not answer queries either
-        snapshot = await _status_from_start(h)
+        snapshot = await _status_from_start(client, h)
     return snapshot.model_copy(update={"status": "stuck", "stuck": stuck})
 
 
@@ -184,17 +184,25 @@ async def stuck_task(client: Client, h: WorkflowHandle) -> StuckTask | None:
     return None
 
 
-async def _status_from_start(h: WorkflowHandle) -> SessionStatus:
-    """What is known of a session that cannot answer: its start input."""
-    async for event in h.fetch_history_events():
-        attributes = event.workflow_execution_started_event_attributes
-        [started] = await h._client.data_converter.decode(attributes.input.payloads, [SessionInput])
-        return SessionStatus(
-            session_id=h.id, status="running", model=started.model, user_id=started.user_id,
-            limits=started.limits, chat=started.chat, started_at=event.event_time.ToDatetime().replace(tzinfo=timezone.utc),
-            updated_at=event.event_time.ToDatetime().replace(tzinfo=timezone.utc),
-        )  # fmt: skip
+async def start_input(client: Client, h: WorkflowHandle) -> tuple[SessionInput, datetime]:
+    """The input the session's latest run started with, and when."""
+    try:
+        async for event in h.fetch_history_events():
+            attributes = event.workflow_execution_started_event_attributes
+            [started] = await client.data_converter.decode(attributes.input.payloads, [SessionInput])
+            return started, event.event_time.ToDatetime().replace(tzinfo=timezone.utc)
+    except RPCError as err:
+        raise _not_found(err, h.id) from None
     raise SessionNotFound(h.id)
+
+
+async def _status_from_start(client: Client, h: WorkflowHandle) -> SessionStatus:
+    """What is known of a session that cannot answer: its start input."""
+    started, at = await start_input(client, h)
+    return SessionStatus(
+        session_id=h.id, status="running", model=started.model, user_id=started.user_id, limits=started.limits,
+        chat=started.chat, started_at=at, updated_at=at, agent=started.agent.name if started.agent else None,
+    )  # fmt: skip
 
 
 def _first_line(text: str) -> str:
@@ -225,6 +233,18 @@ async def act(client: Client, session_id: str, update: Callable[..., Any], *args
                     f"see: python client.py status {h.id}"
                 ) from None
         raise _not_found(err, h.id) from None
+
+
+async def owner_of_call(client: Client, session_id: str, tool_use_id: str) -> str:
+    """The session a pending call belongs to: this one or one of its sub-agents (their
+    pending calls show in the parent's status). Unknown calls go to `session_id`, whose
+    validator says why."""
+    try:
+        snapshot = await query(handle(client, session_id), AgentWorkflow.status)
+    except (NoWorker, Rejected, RPCError):
+        return session_id
+    owner = next((p.session_id for p in snapshot.pending_approvals if p.tool_use_id == tool_use_id), None)
+    return owner or session_id
 
 
 # ---- list --------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.model_calls import ModelCaller
     from workflows.session import Finished, HandOver, Session, describe_failure, fmt_duration
     from workflows.state import SessionState
+    from workflows.subagents import CHILD_APPROVALS, ChildApprovals, SubAgents, subagent_specs
     from workflows.tool_calls import DESCRIBE_TOOLS_ATTEMPTS, ToolRunner, describe_tools, wait_while_paused
     from workflows.types import SessionHistory, SessionInput, SessionStatus
     from workflows.view import SessionView
@@ -47,7 +48,9 @@ class AgentWorkflow:
         self.session = Session(id=workflow.info().workflow_id, input=input, state=state, view=view)
         self.steps_at_run_start = state.steps
         self.model = ModelCaller(self.session)
-        self.tools = ToolRunner(self.session, self._wants_handover)
+        self.subagents = SubAgents(self.session)
+        self.tools = ToolRunner(self.session, self.subagents, self._wants_handover)
+        view.on_change = self.subagents.tell_parent
 
     @workflow.run
     async def run(self, input: SessionInput) -> SessionStatus:
@@ -72,6 +75,10 @@ class AgentWorkflow:
     def history(self) -> SessionHistory:
         return self.session.view.history()
 
+    @workflow.signal(name=CHILD_APPROVALS)
+    def child_approvals(self, update: ChildApprovals) -> None:
+        self.subagents.take_child_approvals(update)
+
     approve_call, approve = actions.handlers(actions.APPROVE)
     deny_call, deny = actions.handlers(actions.DENY)
     pause_session, pause = actions.handlers(actions.PAUSE)
@@ -89,7 +96,7 @@ class AgentWorkflow:
             return
         if not state.specs:
             try:
-                state.specs = await describe_tools(session)
+                state.specs = await describe_tools(session) + subagent_specs(session)
             except (ActivityError, ApplicationError) as err:  # a local activity's failure may come bare
                 why = describe_failure(err, "listing the tools")
                 session.finish("failed", error=f"cannot start: {why} (after {DESCRIBE_TOOLS_ATTEMPTS} attempts)")
@@ -176,6 +183,7 @@ class AgentWorkflow:
             await wait_while_paused(self.session)
             if uses := state.unanswered_uses():
                 await self.tools.run_all(uses)
+                self.model.check_budgets()  # sub-agents spend the session's tokens too
                 continue
             if self._wants_handover():
                 raise HandOver()

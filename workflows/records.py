@@ -31,6 +31,8 @@ class PendingApproval(BaseModel):
     tool_use_id: str
     name: str
     input: dict[str, Any]
+    # The session the call belongs to: this one, or one of its sub-agents.
+    session_id: str | None = None
 
 
 class ToolCallRecord(BaseModel):
@@ -52,6 +54,11 @@ class ToolCallRecord(BaseModel):
     # The input a person approved instead of the model's `input`: what the tool ran with.
     approved_input: dict[str, Any] | None = None
     decided_by: str | None = None
+    # Why the call did or did not wait for a person: `required` (the tool's rule or the
+    # agent's "always") or `auto` (no rule, or the agent's "never").
+    approval: Literal["required", "auto"] | None = None
+    # A sub-agent call: the child session that ran it.
+    child_session_id: str | None = None
     output_ref: str | None = None  # the output's hash in the transcript store
 
     def run_input(self) -> dict[str, Any]:

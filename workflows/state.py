@@ -53,6 +53,9 @@ class SessionState(BaseModel):
     cancel_requested: str | None = None
     ending: Ending | None = None
     updated_at: datetime | None = None
+    subagent_runs: int = 0  # numbers the child sessions: PARENT.sub-1, PARENT.sub-2, ...
+    # What each running child session waits for, as it last told this one.
+    child_approvals: dict[str, list[PendingApproval]] = Field(default_factory=dict)
 
     @field_validator("calls", mode="before")
     @classmethod
@@ -77,7 +80,7 @@ class SessionState(BaseModel):
             return self.ending.status
         if self.paused:
             return "paused"
-        if any(c.status == "waiting_approval" for c in self.calls.values()):
+        if self.waiting() or any(self.child_approvals.values()):
             return "waiting_approval"
         if self.idle:
             return "waiting_input"
@@ -86,8 +89,13 @@ class SessionState(BaseModel):
     def waiting(self) -> list[ToolCallRecord]:
         return [c for c in self.calls.values() if c.status == "waiting_approval"]
 
-    def pending_approvals(self) -> list[PendingApproval]:
-        return [PendingApproval(tool_use_id=c.tool_use_id, name=c.name, input=c.input) for c in self.waiting()]
+    def pending_approvals(self, session_id: str) -> list[PendingApproval]:
+        """This session's calls waiting for a person, then those of its sub-agents."""
+        own = [
+            PendingApproval(tool_use_id=c.tool_use_id, name=c.name, input=c.input, session_id=session_id)
+            for c in self.waiting()
+        ]
+        return own + [p for pending in self.child_approvals.values() for p in pending]
 
     def unanswered_uses(self) -> list[ToolUseBlock]:
         """The tool calls of the last response, if their results are not in yet."""

@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from activities.tools import ToolActivities
@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.events import ApprovalRequested, ToolCallEnded, ToolCallStarted
     from workflows.session import HandOver, Session, describe_failure, short, was_cancelled
     from workflows.state import SETTLED
+    from workflows.subagents import SubAgents
     from workflows.types import CallStatus, ToolCallRecord
 
 TOOL_START_TO_CLOSE = timedelta(minutes=10)
@@ -41,13 +42,16 @@ DESCRIBE_TOOLS_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximu
 
 
 class ToolRunner:
-    def __init__(self, session: Session, wants_handover: Callable[[], bool]) -> None:
+    def __init__(self, session: Session, subagents: SubAgents, wants_handover: Callable[[], bool]) -> None:
         self.session = session
         self.state = session.state
+        self.subagents = subagents
         self._wants_handover = wants_handover
+        self._siblings = 0  # sub-agent calls in the response being run: they share the budget
 
     async def run_all(self, uses: list[ToolUseBlock]) -> None:
         """Run one response's calls concurrently; their results go back in the model's order."""
+        self._siblings = sum(1 for u in uses if (s := self.state.spec(u.name)) is not None and s.subagent)
         results = await asyncio.gather(*(self._settle(self.state.calls[u.id]) for u in uses))
         self.state.append(Message(role="user", content=list(results)), sent=False)
         self.session.view.changed()
@@ -62,13 +66,20 @@ class ToolRunner:
         if spec is None:
             names = ", ".join(s.name for s in self.state.specs) or "none"
             return self._close(call, "error", f"unknown tool {call.name!r}; available tools: {names}")
-        call.policy, call.requires_approval = spec.policy, spec.requires_approval
-        if spec.requires_approval and not call.approved:
+        call.policy, call.requires_approval = spec.policy, self._needs_approval(call, spec)
+        call.approval = "required" if call.requires_approval else "auto"
+        if call.requires_approval and not call.approved:
             refused = await self._approval(call)
             if refused is not None:
                 return refused
         await wait_while_paused(self.session)
         return await self._execute(call, spec)
+
+    def _needs_approval(self, call: ToolCallRecord, spec: ToolSpec) -> bool:
+        """The agent's rule for this tool ("always", "never"), else the tool's own."""
+        agent = self.session.input.agent
+        rule = agent.approval_rule(call.name) if agent is not None else "tool"
+        return spec.requires_approval if rule == "tool" else rule == "always"
 
     def _count_repeat(self, call: ToolCallRecord) -> None:
         key = f"{call.name}:{json.dumps(call.input, sort_keys=True, ensure_ascii=False)}"
@@ -130,6 +141,8 @@ class ToolRunner:
     async def _execute(self, call: ToolCallRecord, spec: ToolSpec) -> ToolResultBlock:
         call.status, call.started_at = "running", workflow.now()
         self.session.view.changed()
+        if spec.subagent is not None:
+            return await self._execute_subagent(call, spec)
         try:
             outcome = await self._activity(spec, self._request(call), f"tool {call.name} {short(call.input, 60)}")
         except ActivityError as err:
@@ -142,6 +155,17 @@ class ToolRunner:
             raise
         call.output_ref = outcome.content_ref
         return self._close(call, "error" if outcome.is_error else "done", self._content(call, outcome), outcome.duration_ms)
+
+    async def _execute_subagent(self, call: ToolCallRecord, spec: ToolSpec) -> ToolResultBlock:
+        try:
+            content, is_error = await self.subagents.run(call, spec, self._siblings)
+        except asyncio.CancelledError:
+            self._close(call, "cancelled", "cancelled before it finished")
+            raise
+        except ChildWorkflowError as err:
+            content, is_error = f"the sub-agent failed: {describe_failure(err.cause or err, 'sub-agent')}", True
+        outcome = ToolOutcome(content=content, is_error=is_error)
+        return self._close(call, "error" if is_error else "done", self._content(call, outcome))
 
     def _content(self, call: ToolCallRecord, outcome: ToolOutcome) -> str:
         """What the model reads: the output, with notes on an edited input and on repeats."""

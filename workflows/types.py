@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from datetime import datetime
 from typing import Any, Literal
 
@@ -55,6 +56,53 @@ class Limits(BaseModel):
     model_timeout_seconds: float = Field(default=120, ge=1, le=3600)
 
 
+ApprovalRule = Literal["always", "never", "tool"]
+
+
+class AgentSpec(BaseModel):
+    """The agent a session runs, resolved from the definitions when it starts and recorded
+    in its input: a later edit of the definitions never changes a running session. MCP
+    servers are named only; their commands, URLs and environments stay with the worker."""
+
+    name: str
+    description: str = ""
+    mcp_servers: list[str] = Field(default_factory=list)
+    # Per tool name or glob ("files__*"): always wait for a person, never, or the tool's rule.
+    approval: dict[str, ApprovalRule] = Field(default_factory=dict)
+    subagents: list[SubAgent] = Field(default_factory=list)
+
+    def approval_rule(self, tool: str) -> ApprovalRule:
+        """The rule for `tool`: an exact key first, then the first glob that matches."""
+        if tool in self.approval:
+            return self.approval[tool]
+        return next((rule for key, rule in self.approval.items() if fnmatch.fnmatchcase(tool, key)), "tool")
+
+
+class SubAgent(BaseModel):
+    """An agent this session may call as a tool (`agent__NAME`); it runs as a child session."""
+
+    name: str
+    description: str = ""
+    model: str
+    system: str
+    limits: Limits
+    price: ModelPrice | None = None
+    tools: list[str] | None = None
+    agent: AgentSpec
+
+
+class ForkPoint(BaseModel):
+    session_id: str
+    step: int
+
+
+class ParentLink(BaseModel):
+    """A sub-agent's parent: the session and the tool call it answers."""
+
+    session_id: str
+    tool_use_id: str
+
+
 class SessionInput(BaseModel):
     """Everything a session runs with. It is recorded in history: never put a secret here."""
 
@@ -74,7 +122,12 @@ class SessionInput(BaseModel):
     summarize_dropped: bool = False
     # Set by the client when the namespace has the Agent* search attributes registered.
     search_attributes: bool = False
-    # The session's state, filled in by the session itself when it continues as new.
+    # The agent definition it runs (None: the worker's tools, no agent).
+    agent: AgentSpec | None = None
+    parent: ParentLink | None = None
+    forked_from: ForkPoint | None = None
+    # The session's state: filled in by the session itself when it continues as new, or
+    # by `fork` with the state of another session after one of its steps.
     state: SessionState | None = None
 
     @model_validator(mode="before")
@@ -134,6 +187,9 @@ class SessionStatus(BaseModel):
     limits: Limits
     started_at: datetime
     updated_at: datetime
+    agent: str | None = None
+    parent_session_id: str | None = None
+    forked_from: ForkPoint | None = None
     stuck: StuckTask | None = None
 
 
@@ -161,3 +217,4 @@ class CancelRequest(BaseModel):
     decided_by: str | None = Field(default=None, max_length=200)
 
 
+AgentSpec.model_rebuild()

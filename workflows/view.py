@@ -8,6 +8,7 @@ search attributes current.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -32,6 +33,8 @@ class SessionView:
         self.input = input
         self.state = state
         self._topic = topic
+        # Called after every change: a sub-agent tells its parent what it waits for.
+        self.on_change: Callable[[], None] | None = None
         self._published_status: RunStatus | None = None
         self._indexed: tuple[object, ...] | None = None
         self._indexed_at: datetime | None = None
@@ -48,6 +51,8 @@ class SessionView:
             self.publish(StatusChanged(status=status))
         workflow.set_current_details(self.details())
         self._index(status)
+        if self.on_change is not None:
+            self.on_change()
 
     def _index(self, status: RunStatus) -> None:
         """One upsert per change of status, approvals or user; the step and token counts
@@ -55,7 +60,8 @@ class SessionView:
         if not self.input.search_attributes:
             return
         state = self.state
-        values = (status, state.steps, state.usage.total(), len(state.waiting()), self.input.user_id)
+        waiting = len(state.pending_approvals(self.session_id))
+        values = (status, state.steps, state.usage.total(), waiting, self.input.user_id)
         if values == self._indexed:
             return
         now = workflow.now()
@@ -81,8 +87,8 @@ class SessionView:
         ]
         if state.cost_usd is not None:
             lines.append(f"**cost** ${state.cost_usd:.4f}")
-        if waiting := state.waiting():
-            lines.append("**waiting for approval** " + ", ".join(f"{c.name} ({c.tool_use_id})" for c in waiting))
+        if waiting := state.pending_approvals(self.session_id):
+            lines.append("**waiting for approval** " + ", ".join(f"{p.name} ({p.tool_use_id})" for p in waiting))
         if ending and ending.error:
             lines.append(f"**error** {ending.error}")
         return "\n".join(lines)
@@ -97,7 +103,7 @@ class SessionView:
             steps=state.steps,
             usage=state.usage,
             cost_usd=state.cost_usd,
-            pending_approvals=state.pending_approvals(),
+            pending_approvals=state.pending_approvals(self.session_id),
             answer=state.answer,
             chat=self.input.chat,
             user_turns=state.user_turns,
@@ -108,6 +114,9 @@ class SessionView:
             limits=self.input.limits,
             started_at=state.started_at,
             updated_at=state.updated_at or state.started_at,
+            agent=self.input.agent.name if self.input.agent else None,
+            parent_session_id=self.input.parent.session_id if self.input.parent else None,
+            forked_from=self.input.forked_from,
         )
 
     def history(self) -> SessionHistory:

@@ -1,0 +1,256 @@
+"""Agents as definitions: an agent from agents.toml, per-agent approval rules, sub-agents
+(budgets charged to the parent, approvals decided through it, pause and cancel passed
+on), schedules, and forks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from temporalio.client import WorkflowExecutionStatus
+
+from activities.data import read_effects
+from tests.conftest import ROOT, Harness, answer, tool_use
+from tests.support.reliability import record
+from tests.test_watch import EMAIL, cli_env, wait_for_status
+from workflows.agent import AgentWorkflow
+from workflows.types import SessionHistory, SessionStatus
+
+AREA = "Agents"
+NOTE = {"title": "t", "text": "x"}
+
+TEAM = """
+[agents.trusting]
+description = "Emails without asking; asks before every note"
+tools = ["send_email", "save_note"]
+[agents.trusting.approval]
+send_email = "never"
+"save_*" = "always"
+
+[agents.lead]
+description = "Hands work to a helper"
+tools = ["get_time"]
+subagents = ["helper"]
+token_budget = 50000
+
+[agents.helper]
+description = "Sends the emails it is asked to"
+model = "anthropic:claude-haiku-4-5"
+tools = ["send_email", "wait_for_cancel"]
+[agents.helper.approval]
+send_email = "always"
+"""
+
+
+async def cli(harness: Harness, *args: str, definitions: Path | None = None, timeout: float = 60) -> tuple[int, str, str]:
+    env = cli_env(harness)
+    if definitions is not None:
+        env["AGENT_DEFINITIONS"] = str(definitions)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "client.py", *args, cwd=ROOT, env=env,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), timeout)
+    return process.returncode, out.decode(), err.decode()
+
+
+def team(tmp_path: Path) -> Path:
+    path = tmp_path / "agents.toml"
+    path.write_text(TEAM)
+    return path
+
+
+async def test_an_agent_from_agents_toml(harness: Harness):
+    session = f"test-{uuid.uuid4().hex[:10]}"
+    harness.script(session, [tool_use("save_note", NOTE, id="n1"), tool_use("send_email", EMAIL, id="e1"), answer("Done.")])
+    code, out, err = await cli(harness, "start", "note and email", "--agent", "assistant", "--session", session)
+    assert code == 0, err
+    handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, session)
+    await wait_for_status(handle, "waiting_approval")
+    code, out, err = await cli(harness, "status", session, "--json")
+    snapshot = json.loads(out)
+    assert snapshot["agent"] == "assistant" and snapshot["model"] == "anthropic:claude-sonnet-4-6"
+    assert snapshot["limits"]["max_steps"] == 30
+    code, _, err = await cli(harness, "approve", session, "e1")
+    assert code == 0, err
+    result: SessionStatus = await handle.result()
+    assert result.status == "completed" and result.agent == "assistant"
+    request = harness.requests(session)[0]["body"]
+    assert [t["name"] for t in request["tools"]] == ["get_time", "save_note", "send_email", "agent__researcher"]
+    assert request["model"] == "claude-sonnet-4-6"
+    calls = {c.tool_use_id: c for c in (await handle.query(AgentWorkflow.history)).tool_calls}
+    assert calls["n1"].approval == "auto" and calls["e1"].approval == "required"
+    code, out, _ = await cli(harness, "agents", "--json")
+    names = [json.loads(line)["name"] for line in out.splitlines()]
+    assert code == 0 and names == ["assistant", "researcher"]
+
+
+async def test_approval_rules_per_agent_and_tool(harness: Harness, tmp_path: Path):
+    session = f"test-{uuid.uuid4().hex[:10]}"
+    harness.script(session, [tool_use("send_email", EMAIL, id="e1"), tool_use("save_note", NOTE, id="n1"), answer("Done.")])
+    code, _, err = await cli(harness, "start", "go", "--agent", "trusting", "--session", session, definitions=team(tmp_path))
+    assert code == 0, err
+    handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, session)
+    snapshot = await wait_for_status(handle, "waiting_approval")
+    # send_email (the tool's own rule: approval) ran without a person: "never"
+    assert [p.name for p in snapshot.pending_approvals] == ["save_note"]
+    assert [e["tool"] for e in read_effects() if e["session_id"] == session] == ["send_email"]
+    await handle.execute_update(AgentWorkflow.approve_call, {"tool_use_id": "n1"})
+    await handle.result()
+    calls = {c.tool_use_id: c for c in (await handle.query(AgentWorkflow.history)).tool_calls}
+    assert (calls["e1"].approval, calls["e1"].requires_approval) == ("auto", False)
+    assert (calls["n1"].approval, calls["n1"].requires_approval) == ("required", True)
+    record(AREA, "approval rules per agent and tool (`never` for send_email, `always` for save_*)",
+           "send_email ran with no wait, save_note waited; each call records approval auto/required", {})
+
+
+async def test_a_subagent_is_charged_to_its_parent_and_decided_through_it(harness: Harness, tmp_path: Path):
+    parent = f"test-{uuid.uuid4().hex[:10]}"
+    child = f"{parent}.sub-1"
+    harness.script(parent, [
+        tool_use("agent__helper", {"task": "email the team"}, id="h1") | {"usage": {"input_tokens": 100, "output_tokens": 10}},
+        answer("The helper sent it.", usage={"input_tokens": 100, "output_tokens": 10}),
+    ])  # fmt: skip
+    harness.script(child, [
+        tool_use("send_email", EMAIL, id="e9") | {"usage": {"input_tokens": 1000, "output_tokens": 20}},
+        answer("Sent to the team.", usage={"input_tokens": 1000, "output_tokens": 20}),
+    ])  # fmt: skip
+    code, _, err = await cli(harness, "start", "get it sent", "--agent", "lead", "--session", parent, definitions=team(tmp_path))
+    assert code == 0, err
+    handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, parent)
+    snapshot = await wait_for_status(handle, "waiting_approval")
+    [pending] = snapshot.pending_approvals
+    assert (pending.tool_use_id, pending.name, pending.session_id) == ("e9", "send_email", child)
+
+    # A refused decision routed to the child still exits 1 with the child's reason.
+    code, _, err = await cli(harness, "approve", parent, "e9", "--input", json.dumps({**EMAIL, "to": "x"}))
+    assert code == 1 and "rejected: invalid input for send_email: to:" in err, err
+    code, out, err = await cli(harness, "approve", parent, "e9", "--as", "carol")
+    assert code == 0 and "approved send_email (e9)" in out, err
+    result: SessionStatus = await handle.result()
+    assert result.status == "completed" and result.answer == "The helper sent it."
+    child_status: SessionStatus = await harness.client.get_workflow_handle_for(AgentWorkflow.run, child).query(AgentWorkflow.status)
+    assert child_status.parent_session_id == parent and child_status.agent == "helper"
+    assert child_status.usage.total() > 0
+    own = sum(t.usage.total() for t in (await handle.query(AgentWorkflow.history)).trace)
+    assert result.usage.total() == own + child_status.usage.total()
+    call = (await handle.query(AgentWorkflow.history)).tool_calls[0]
+    assert call.child_session_id == child and call.output == "Sent to the team."
+    assert child_status.limits.token_budget <= 50_000
+    decided = (await harness.client.get_workflow_handle_for(AgentWorkflow.run, child).query(AgentWorkflow.history)).tool_calls[0]
+    assert decided.decided_by == "carol"
+    record(AREA, "a sub-agent (child session PARENT.sub-1) whose email needs approval",
+           "its pending approval shows in the parent's status and `approve PARENT ID` decides it in the child; "
+           "the child's tokens are added to the parent's; its answer is the tool result",
+           {"parent tokens": result.usage.total(), "child tokens": child_status.usage.total()})
+
+
+async def test_pause_and_cancel_of_the_parent_reach_the_subagent(harness: Harness, tmp_path: Path):
+    parent = f"test-{uuid.uuid4().hex[:10]}"
+    child = f"{parent}.sub-1"
+    harness.script(parent, [tool_use("agent__helper", {"task": "wait"}, id="h1"), answer("never")])
+    harness.script(child, [tool_use("wait_for_cancel", {"seconds": 60}, id="w1"), answer("never")])
+    code, _, err = await cli(harness, "start", "wait", "--agent", "lead", "--session", parent, definitions=team(tmp_path))
+    assert code == 0, err
+    handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, parent)
+    child_handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, child)
+    await _until(lambda: _call_running(child_handle, "w1"))
+    assert await handle.execute_update(AgentWorkflow.pause_session) == "paused"
+    await wait_for_status(child_handle, "paused")
+    assert await handle.execute_update(AgentWorkflow.resume_session) == "resumed"
+    await wait_for_status(child_handle, "running")
+    code, _, err = await cli(harness, "cancel", parent, "--reason", "enough")
+    assert code == 0, err
+    assert (await handle.result()).status == "cancelled"
+    child_result: SessionStatus = await asyncio.wait_for(child_handle.result(), 30)
+    assert child_result.status == "cancelled"
+    described = await child_handle.describe()
+    assert described.status == WorkflowExecutionStatus.COMPLETED
+
+
+async def test_fork_at_step_2_takes_another_path(harness: Harness):
+    source = f"test-{uuid.uuid4().hex[:10]}"
+    harness.script(source, [tool_use("save_note", NOTE, id="n1"), tool_use("get_time", {}, id="t1"), answer("original")])
+    original = await harness.run(None, session_id=source)
+    assert original.status == "completed" and original.steps == 3
+    before = (await harness.client.get_workflow_handle_for(AgentWorkflow.run, source).query(AgentWorkflow.history)).model_dump_json()
+
+    fork = f"{source}-fork"
+    harness.script(fork, [answer("the other path")])
+    code, out, err = await cli(harness, "fork", source, "--at-step", "2", "--session", fork, "--message", "now say it differently")
+    assert code == 0 and out.strip() == fork, err
+    handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, fork)
+    result: SessionStatus = await handle.result()
+    assert result.status == "completed" and result.answer == "the other path" and result.steps == 3
+    assert result.forked_from is not None and (result.forked_from.session_id, result.forked_from.step) == (source, 2)
+    sent = harness.requests(fork)[0]["body"]["messages"]
+    assert sent[-1]["role"] == "user" and sent[-1]["content"][-1]["text"] == "now say it differently"
+    assert [b["type"] for b in sent[-1]["content"]] == ["tool_result", "text"]
+    history: SessionHistory = await handle.query(AgentWorkflow.history)
+    assert [c.tool_use_id for c in history.tool_calls] == ["n1", "t1"] and len(history.trace) == 3
+    after = (await harness.client.get_workflow_handle_for(AgentWorkflow.run, source).query(AgentWorkflow.history)).model_dump_json()
+    assert after == before
+    # the note of step 1 was not written again by the fork
+    assert len([e for e in read_effects() if e["session_id"] == fork]) == 0
+    code, _, err = await cli(harness, "fork", source, "--at-step", "9")
+    assert code == 1 and "no step 9" in err
+    record(AREA, "fork a 3-step session at step 2 with another message",
+           "the fork starts from the state after step 2 (no tool call runs again), takes another path, "
+           "records forked_from; the original's history is unchanged", {"fork steps": result.steps})
+
+
+async def test_a_schedule_starts_sessions_and_is_deleted(harness: Harness):
+    name = f"sched-{uuid.uuid4().hex[:6]}"
+    code, out, err = await cli(harness, "schedule", "create", name, "--every", "1h", "--agent", "researcher", "look it up")
+    assert code == 0 and f"created schedule {name}" in out, err
+    code, _, err = await cli(harness, "schedule", "create", name, "--every", "1h", "again")
+    assert code == 1 and "already exists" in err and len(err.strip().splitlines()) == 1
+    code, _, err = await cli(harness, "schedule", "create", f"{name}-bad", "--cron", "99 * * *", "x")
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    for _ in range(2):
+        code, _, err = await cli(harness, "schedule", "trigger", name)
+        assert code == 0, err
+        await asyncio.sleep(1.2)  # the session id carries the time to the second
+    started = await _until(lambda: _sessions_of(harness, name, 2))
+    assert len(started) == 2 and all(s.startswith(f"{name}-") for s in started)
+    first: SessionStatus = await harness.client.get_workflow_handle_for(AgentWorkflow.run, started[0]).query(AgentWorkflow.status)
+    assert first.agent == "researcher"
+    code, out, _ = await cli(harness, "schedule", "list", "--json")
+    assert name in [json.loads(line)["name"] for line in out.splitlines()]
+    code, out, err = await cli(harness, "schedule", "delete", name)
+    assert code == 0 and f"deleted {name}" in out, err
+    code, _, err = await cli(harness, "schedule", "trigger", name)
+    assert code == 1 and "no schedule" in err
+    for session in started:
+        await harness.client.get_workflow_handle_for(AgentWorkflow.run, session).cancel()
+
+
+async def _sessions_of(harness: Harness, prefix: str, count: int) -> list[str] | None:
+    found = [w.id async for w in harness.client.list_workflows(f"WorkflowId STARTS_WITH '{prefix}-'")]
+    return sorted(found) if len(found) >= count else None
+
+
+async def _call_running(handle, tool_use_id: str) -> bool:
+    try:
+        history: SessionHistory = await handle.query(AgentWorkflow.history)
+    except Exception:
+        return False
+    return any(c.tool_use_id == tool_use_id and c.status == "running" for c in history.tool_calls)
+
+
+async def _until(check, timeout: float = 30):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.3)
+
+

@@ -1,0 +1,162 @@
+"""Sub-agents: another agent called as a tool (`agent__NAME`), run as a child session.
+
+The child is its own workflow (`PARENT.sub-N`, its own history in the Temporal UI,
+linked to the parent) started with the sub-agent's recorded definition. Budgets are
+shared: the child gets at most what the parent has left (split between the children of
+one response), and its tokens and cost are added to the parent's when it ends. The
+parent's pause and resume are passed on; cancelling the parent cancels the child. The
+child tells its parent which of its calls wait for a person, so they show in the
+parent's status and can be decided through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import workflow
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel
+
+    from activities.types import ToolSpec
+    from workflows.records import PendingApproval, ToolCallRecord
+    from workflows.session import Session, short
+    from workflows.types import Limits, ParentLink, SessionInput, SessionStatus, SubAgent
+
+TOOL_PREFIX = "agent__"
+CHILD_APPROVALS = "child_approvals"
+
+
+class ChildApprovals(BaseModel):
+    """What a child session waits for, sent to its parent whenever that changes."""
+
+    session_id: str
+    pending: list[PendingApproval]
+
+
+def subagent_specs(session: Session) -> list[ToolSpec]:
+    """The sub-agents of the session's agent, as tools the model can call."""
+    agent = session.input.agent
+    if agent is None:
+        return []
+    return [
+        ToolSpec(
+            name=f"{TOOL_PREFIX}{sub.name}",
+            description=f"Hand a task to the {sub.name} agent and get its answer. {sub.description}".strip(),
+            input_schema={
+                "type": "object",
+                "properties": {"task": {"type": "string", "description": "What the agent should do, in full"}},
+                "required": ["task"],
+                "additionalProperties": False,
+            },
+            policy="idempotent",
+            subagent=sub.name,
+        )
+        for sub in agent.subagents
+    ]
+
+
+class SubAgents:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.state = session.state
+        self._running: set[str] = set()
+        self._told: list[PendingApproval] | None = None
+
+    async def run(self, call: ToolCallRecord, spec: ToolSpec, siblings: int) -> tuple[str, bool]:
+        """Run the child session for one call; its answer, or an error result with its reason."""
+        from workflows.agent import AgentWorkflow  # the child runs the same workflow
+
+        sub = self._definition(spec)
+        task = call.run_input().get("task")
+        if sub is None or not isinstance(task, str) or not task.strip():
+            return f"invalid input for {call.name}: task: a non-empty string is required", True
+        self.state.subagent_runs += 1
+        child_id = call.child_session_id = f"{self.session.id}.sub-{self.state.subagent_runs}"
+        handle = await workflow.start_child_workflow(
+            AgentWorkflow.run,
+            self._child_input(sub, task, call, siblings),
+            id=child_id,
+            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            static_summary=f"sub-agent {sub.name} of {self.session.id}: {short(task, 120)}",
+        )
+        self._running.add(child_id)
+        pauses = asyncio.create_task(self._pass_on_pauses(handle))
+        try:
+            result: SessionStatus = await handle
+        finally:
+            pauses.cancel()
+            self._running.discard(child_id)
+            self.state.child_approvals.pop(child_id, None)
+        return self._settle(sub, result)
+
+    def _definition(self, spec: ToolSpec) -> SubAgent | None:
+        agent = self.session.input.agent
+        return next((s for s in agent.subagents if s.name == spec.subagent), None) if agent else None
+
+    def _child_input(self, sub: SubAgent, task: str, call: ToolCallRecord, siblings: int) -> SessionInput:
+        parent = self.session.input
+        return SessionInput(
+            goal=task, user_id=parent.user_id, model=sub.model, system=sub.system,
+            limits=self._shared_limits(sub.limits, sub.price is not None, siblings), price=sub.price,
+            tools=sub.tools, agent=sub.agent, search_attributes=parent.search_attributes,
+            parent=ParentLink(session_id=self.session.id, tool_use_id=call.tool_use_id),
+        )  # fmt: skip
+
+    def _shared_limits(self, own: Limits, priced: bool, siblings: int) -> Limits:
+        """The child's limits, capped by what the parent has left (split among siblings)."""
+        parent, state = self.session.input.limits, self.state
+        share = max(1, siblings)
+        tokens_left = max(1, (parent.token_budget - state.usage.total()) // share)
+        update: dict[str, Any] = {"token_budget": min(own.token_budget, tokens_left)}
+        if parent.cost_budget_usd is not None and priced:
+            cost_left = max(1e-6, (parent.cost_budget_usd - (state.cost_usd or 0)) / share)
+            update["cost_budget_usd"] = min(own.cost_budget_usd or cost_left, cost_left)
+        started = state.run_started_at or workflow.now()
+        time_left = parent.timeout_seconds - (workflow.now() - started).total_seconds()
+        update["timeout_seconds"] = max(1.0, min(own.timeout_seconds, time_left))
+        return own.model_copy(update=update)
+
+    def _settle(self, sub: SubAgent, result: SessionStatus) -> tuple[str, bool]:
+        """Charge the child's tokens and cost to this session; its answer as the result."""
+        state = self.state
+        state.usage = state.usage + result.usage
+        if state.cost_usd is not None and result.cost_usd is not None:
+            state.cost_usd += result.cost_usd
+        if result.status == "completed":
+            return result.answer or "", False
+        why = result.stop_reason or result.error or result.status
+        return f"the {sub.name} agent did not finish: {result.status} ({why})", True
+
+    async def _pass_on_pauses(self, handle: workflow.ChildWorkflowHandle) -> None:
+        from workflows.agent import AgentWorkflow
+
+        paused = False
+        while True:
+            await workflow.wait_condition(lambda: self.state.paused != paused)
+            paused = self.state.paused
+            await handle.signal(AgentWorkflow.pause if paused else AgentWorkflow.resume)
+
+    # ---- approvals, both ways --------------------------------------------------------------
+
+    def take_child_approvals(self, update: ChildApprovals) -> None:
+        """A running child said what it waits for (news from an ended child is dropped)."""
+        if update.session_id not in self._running:
+            return
+        self.state.child_approvals[update.session_id] = update.pending
+        self.session.view.changed()
+
+    def tell_parent(self) -> None:
+        """In a child: send the parent what this session waits for, when it changed."""
+        link = self.session.input.parent
+        if link is None:
+            return
+        pending = self.state.pending_approvals(self.session.id)
+        if pending == self._told:
+            return
+        self._told = pending
+        parent = workflow.get_external_workflow_handle(link.session_id)
+        asyncio.create_task(parent.signal(CHILD_APPROVALS, ChildApprovals(session_id=self.session.id, pending=pending)))
+
