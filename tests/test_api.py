@@ -19,12 +19,10 @@ from temporalio.client import Client
 
 from fakemodel import FakeModelServer
 from plumbing import devserver
-from tests.conftest import answer, model_activities, tool_use
+from tests.conftest import answer, tool_use
 from tests.support.api import (
-    TOKENS, ApiProcess, Sse, api_env, collect_events, read_sse, start_api, users_toml, wait_for,
+    TOKENS, ApiProcess, Sse, api_env, collect_events, read_sse, serve_api, start_api, wait_for,
 )  # fmt: skip
-from tests.support.tools import TOOLS
-from worker import build_worker
 
 EMAIL = {"to": "team@example.com", "subject": "hi", "body": "x"}
 POLL_UPDATE = "__temporal_workflow_stream_poll"
@@ -35,17 +33,8 @@ async def api(
     client: Client, dev_server: devserver.DevServer, fake_model: FakeModelServer, data_dir: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[ApiProcess]:  # fmt: skip
-    folder = tmp_path_factory.mktemp("api")
-    users = folder / "users.toml"
-    users.write_text(users_toml())
-    queue = f"api-{uuid.uuid4().hex[:8]}"
-    worker = build_worker(client, TOOLS, queue=queue, model=model_activities(fake_model, data_dir))
-    async with worker:
-        server = start_api(api_env(dev_server.address, queue, data_dir, users), folder / "api.log")
-        try:
-            yield server
-        finally:
-            server.stop()
+    async with serve_api(client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("api")) as server:
+        yield server
 
 
 def new_id() -> str:

@@ -14,12 +14,15 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
+from temporalio.client import Client
 
 from plumbing.devserver import free_port
 
@@ -43,6 +46,13 @@ class ApiProcess:
     process: subprocess.Popen
     url: str
     log_file: Path
+    env: dict[str, str]
+    port: int
+
+    def restart(self) -> ApiProcess:
+        """Stop this process and start another on the same port (the page's cookie stays valid)."""
+        self.stop()
+        return start_api(self.env, self.log_file, self.port)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -85,7 +95,7 @@ def start_api(env: dict[str, str], log_file: Path, port: int | None = None) -> A
             [sys.executable, "api.py", "--port", str(port)], cwd=ROOT, env=env,
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
-    server = ApiProcess(process, f"http://127.0.0.1:{port}", log_file)
+    server = ApiProcess(process, f"http://127.0.0.1:{port}", log_file, env, port)
     deadline = time.monotonic() + 30
     while True:
         if process.poll() is not None:
@@ -137,6 +147,26 @@ async def collect_events(http: httpx.AsyncClient, session_id: str, *, after: int
                 if item.event == until or (limit is not None and len(found) >= limit):
                     break
     return found
+
+
+@asynccontextmanager
+async def serve_api(client: Client, address: str, fake_model: Any, data_dir: Path, folder: Path) -> AsyncIterator[ApiProcess]:
+    """A worker on a fresh task queue and `python api.py` starting sessions on it, for
+    alice, bob and olga (operator)."""
+    from tests.conftest import model_activities
+    from tests.support.tools import TOOLS
+    from worker import build_worker
+
+    users = folder / "users.toml"
+    users.write_text(users_toml())
+    queue = f"api-{uuid.uuid4().hex[:8]}"
+    worker = build_worker(client, TOOLS, queue=queue, model=model_activities(fake_model, data_dir))
+    async with worker:
+        server = start_api(api_env(address, queue, data_dir, users), folder / "api.log")
+        try:
+            yield server
+        finally:
+            server.stop()
 
 
 async def wait_for(check, timeout: float = 30, what: str = "a condition", interval: float = 0.2):
