@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from temporalio.service import RPCError
 
 from plumbing.errors import (
     AgentError,
@@ -47,7 +48,9 @@ STATUS_OF = [
 ]
 
 
-def error_response(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status: int, kind: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
     return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status, headers=headers)
 
 
@@ -71,6 +74,11 @@ def install(app: FastAPI) -> None:
     async def _http(request: Request, err: HTTPException) -> JSONResponse:
         kind = "BodyTooLarge" if isinstance(err, BodyTooLarge) else "HTTPError"
         return error_response(err.status_code, kind, str(err.detail), getattr(err, "headers", None))
+
+    @app.exception_handler(RPCError)
+    async def _temporal(request: Request, err: RPCError) -> JSONResponse:
+        # What plumbing.sessions does not turn into the project's errors: Temporal's own refusal.
+        return error_response(503, "TemporalError", f"Temporal answered: {err.message}")
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, err: Exception) -> JSONResponse:

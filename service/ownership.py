@@ -8,17 +8,17 @@ existence is not revealed. Owners never change, so they are remembered.
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from plumbing import sessions
 from plumbing.errors import AgentError, BadRequest, SessionNotFound
 from service.auth import User
 from workflows.types import SessionStatus
 
-log = logging.getLogger("service")
+LIST_QUERY_TIMEOUT = 3.0  # seconds per session; they are asked all at once
 
 
 class Owners:
@@ -64,14 +64,25 @@ class Owners:
         # Visibility lags the session: what the query says now decides.
         return [
             s for s in found
-            if s is not None and user.may_see(s["user_id"]) and (status is None or s["status"] == status)
+            if s["user_id"] is not None and user.may_see(s["user_id"]) and (status is None or s["status"] == status)
         ]  # fmt: skip
 
-    async def _status_of(self, row: dict[str, Any]) -> dict[str, Any] | None:
+    async def _status_of(self, row: dict[str, Any]) -> dict[str, Any]:
         try:
-            found = await sessions.status(self.client, row["session_id"])
-        except AgentError as err:
-            log.warning("session %s left out of the list: %s", row["session_id"], err)
-            return None
+            found = await asyncio.wait_for(
+                sessions.status(self.client, row["session_id"]), LIST_QUERY_TIMEOUT
+            )
+        except (AgentError, RPCError, TimeoutError) as err:
+            return _from_row(row, str(err) or "no worker answered in time")
         self.remember(found.session_id, found.user_id)
         return found.model_dump(mode="json")
+
+
+def _from_row(row: dict[str, Any], why: str) -> dict[str, Any]:
+    """What the search attributes say of a session that did not answer (no worker on its
+    queue, say): one slow session must not hold up the whole list."""
+    return {
+        "session_id": row["session_id"], "status": row["status"], "steps": row["steps"] or 0,
+        "user_id": row["user"], "started_at": row["started"], "tokens": row["tokens"],
+        "usage": None, "cost_usd": None, "pending_approvals": [], "unavailable": why,
+    }  # fmt: skip

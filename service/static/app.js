@@ -56,7 +56,7 @@ async function refreshList() {
       el("td", {}, el("span", { class: `badge ${s.status}`, text: s.status })),
       el("td", { text: s.agent || "default" }),
       el("td", { text: String(s.steps) }),
-      el("td", { text: tokens(s.usage).toLocaleString() }),
+      el("td", { text: s.usage ? tokens(s.usage).toLocaleString() : String(s.tokens ?? "–") }),
       el("td", { text: cost(s.cost_usd) }),
       el("td", { text: String(s.pending_approvals.length) }),
       el("td", { text: new Date(s.started_at).toLocaleString() }))));
