@@ -10,14 +10,13 @@ EventSource to stop reconnecting.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from service.auth import User, current_user
 from service.feeds import Feed, Feeds
-from service.routes import ERRORS, owners
-from service.ownership import Owners
+from service.routes import ERRORS, Caller, Owned
 
 router = APIRouter(prefix="/v1/sessions", tags=["events"])
 KEEP_ALIVE_SECONDS = 10
@@ -31,10 +30,12 @@ KEEP_ALIVE_SECONDS = 10
 async def events(
     request: Request,
     session_id: str,
-    after: int | None = Query(default=None, ge=-1, description="resume after this event id"),
-    last_event_id: int | None = Header(default=None, ge=-1, description="sent by EventSource on reconnect"),
-    user: User = Depends(current_user),
-    owned: Owners = Depends(owners),
+    user: Caller,
+    owned: Owned,
+    after: Annotated[int | None, Query(ge=-1, description="resume after this event id")] = None,
+    last_event_id: Annotated[
+        int | None, Header(ge=-1, description="sent by EventSource on reconnect")
+    ] = None,
 ) -> Response:
     """Follow the session's events from the start, or after the given offset."""
     await owned.check(user, session_id)
@@ -44,7 +45,9 @@ async def events(
     if feed.finished_after(offset):
         feeds.leave(feed)
         return Response(status_code=204)
-    return EventSourceResponse(_relay(feeds, feed, offset), ping=KEEP_ALIVE_SECONDS, headers={"Cache-Control": "no-store"})
+    return EventSourceResponse(
+        _relay(feeds, feed, offset), ping=KEEP_ALIVE_SECONDS, headers={"Cache-Control": "no-store"}
+    )
 
 
 async def _relay(feeds: Feeds, feed: Feed, offset: int) -> AsyncIterator[ServerSentEvent]:

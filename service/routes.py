@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import ValidationError
@@ -26,6 +26,7 @@ from workflows.types import DEFAULT_MODEL, CancelRequest, Decision, Limits, Sess
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 Status = dict[str, Any]
+Caller = Annotated[User, Depends(current_user)]
 ERRORS = {
     400: {"description": "malformed JSON"},
     401: {"description": "no token, or a wrong one"},
@@ -39,10 +40,13 @@ def owners(request: Request) -> Owners:
     return request.app.state.owners
 
 
+Owned = Annotated[Owners, Depends(owners)]
+NoBody = Annotated[schemas.Empty | None, Body()]
+OptionalCancel = Annotated[schemas.Cancel | None, Body()]
+
+
 @router.post("", status_code=201, responses={**ERRORS, 409: {"description": "the id is taken"}})
-async def start_session(
-    body: schemas.StartSession, user: User = Depends(current_user), owned: Owners = Depends(owners)
-) -> Status:
+async def start_session(body: schemas.StartSession, user: Caller, owned: Owned) -> Status:
     """Start a session for the caller; answers its status."""
     session_input = await _session_input(body, user, owned)
     session_id = body.session_id or f"session-{uuid.uuid4().hex[:12]}"
@@ -70,77 +74,82 @@ async def _session_input(body: schemas.StartSession, user: User, owned: Owners) 
             **({"system": body.system} if body.system is not None else {}),
         )  # fmt: skip
     except ValidationError as err:
-        raise InvalidInput("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())) from None
+        raise InvalidInput(
+            "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        ) from None
 
 
 @router.get("", responses=ERRORS)
 async def list_sessions(
-    status: str | None = Query(default=None, max_length=40),
-    limit: int = Query(default=50, ge=1, le=200),
-    user: User = Depends(current_user),
-    owned: Owners = Depends(owners),
+    user: Caller,
+    owned: Owned,
+    status: Annotated[str | None, Query(max_length=40)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> schemas.SessionList:
     """The caller's sessions (an operator's: all), newest first, as status objects."""
     return schemas.SessionList(sessions=await owned.listing(user, status, limit))
 
 
 @router.get("/{session_id}", responses=ERRORS)
-async def get_session(session_id: str, user: User = Depends(current_user), owned: Owners = Depends(owners)) -> Status:
+async def get_session(session_id: str, user: Caller, owned: Owned) -> Status:
     """What `client.py status --json` prints."""
     return (await owned.status(user, session_id)).model_dump(mode="json")
 
 
 @router.get("/{session_id}/history", responses=ERRORS)
-async def get_history(session_id: str, user: User = Depends(current_user), owned: Owners = Depends(owners)) -> Status:
+async def get_history(session_id: str, user: Caller, owned: Owned) -> Status:
     """What `client.py history --json` prints."""
     await owned.check(user, session_id)
     return sessions.history_document(await sessions.history(owned.client, session_id))
 
 
 CONFLICT = {**ERRORS, 409: {"description": "the session refused (its reason), or has ended"}}
+EDIT_REFUSED = {**CONFLICT, 422: {"description": "an edited input breaks the tool's schema"}}
 
 
-async def _steer(owned: Owners, user: User, session_id: str, update: Callable[..., Any], *args: Any) -> Status:
+async def _steer(
+    owned: Owners, user: User, session_id: str, update: Callable[..., Any], *args: Any
+) -> Status:
     await owned.check(user, session_id)
     await sessions.act(owned.client, session_id, update, *args)
     return (await sessions.status(owned.client, session_id)).model_dump(mode="json")
 
 
-@router.post("/{session_id}/approve", responses={**CONFLICT, 422: {"description": "an edited input breaks the tool's schema"}})
-async def approve(session_id: str, body: schemas.Approve, user: User = Depends(current_user), owned: Owners = Depends(owners)) -> Status:
+@router.post("/{session_id}/approve", responses=EDIT_REFUSED)
+async def approve(session_id: str, body: schemas.Approve, user: Caller, owned: Owned) -> Status:
     """Approve a waiting tool call, optionally with an edited input."""
     decision = Decision(tool_use_id=body.tool_use_id, input=body.input, decided_by=user.name)
     return await _steer(owned, user, session_id, AgentWorkflow.approve_call, decision)
 
 
 @router.post("/{session_id}/deny", responses=CONFLICT)
-async def deny(session_id: str, body: schemas.Deny, user: User = Depends(current_user), owned: Owners = Depends(owners)) -> Status:
+async def deny(session_id: str, body: schemas.Deny, user: Caller, owned: Owned) -> Status:
     """Deny a waiting tool call; the model is told the reason."""
     decision = Decision(tool_use_id=body.tool_use_id, reason=body.reason, decided_by=user.name)
     return await _steer(owned, user, session_id, AgentWorkflow.deny_call, decision)
 
 
 @router.post("/{session_id}/pause", responses=CONFLICT)
-async def pause(session_id: str, body: schemas.Empty | None = Body(default=None), user: User = Depends(current_user), owned: Owners = Depends(owners)) -> Status:
+async def pause(session_id: str, user: Caller, owned: Owned, body: NoBody = None) -> Status:
     """Pause between units of work."""
     return await _steer(owned, user, session_id, AgentWorkflow.pause_session)
 
 
 @router.post("/{session_id}/resume", responses=CONFLICT)
-async def resume(session_id: str, body: schemas.Empty | None = Body(default=None), user: User = Depends(current_user), owned: Owners = Depends(owners)) -> Status:
+async def resume(session_id: str, user: Caller, owned: Owned, body: NoBody = None) -> Status:
     """Resume a paused session."""
     return await _steer(owned, user, session_id, AgentWorkflow.resume_session)
 
 
 @router.post("/{session_id}/cancel", responses=CONFLICT)
-async def cancel(session_id: str, body: schemas.Cancel | None = Body(default=None), user: User = Depends(current_user), owned: Owners = Depends(owners)) -> Status:
+async def cancel(session_id: str, user: Caller, owned: Owned, body: OptionalCancel = None) -> Status:
     """Cancel the session and its work in flight."""
     request = CancelRequest(reason=body.reason if body else None, decided_by=user.name)
     return await _steer(owned, user, session_id, AgentWorkflow.cancel_session, request)
 
 
 @router.post("/{session_id}/messages", responses=CONFLICT)
-async def send_message(session_id: str, body: schemas.Message, user: User = Depends(current_user), owned: Owners = Depends(owners)) -> Status:
+async def send_message(session_id: str, body: schemas.Message, user: Caller, owned: Owned) -> Status:
     """A chat session's next message."""
     try:
         message = UserMessage(text=body.text)
@@ -150,6 +159,6 @@ async def send_message(session_id: str, body: schemas.Message, user: User = Depe
 
 
 @router.post("/{session_id}/close", responses=CONFLICT)
-async def close(session_id: str, body: schemas.Empty | None = Body(default=None), user: User = Depends(current_user), owned: Owners = Depends(owners)) -> Status:
+async def close(session_id: str, user: Caller, owned: Owned, body: NoBody = None) -> Status:
     """End a chat session after the messages already sent."""
     return await _steer(owned, user, session_id, AgentWorkflow.close_session)

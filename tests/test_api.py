@@ -18,11 +18,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from fakemodel import FakeModelServer
-from plumbing import devserver
+from plumbing import devserver, sessions
 from tests.conftest import answer, tool_use
 from tests.support.api import (
     TOKENS, ApiProcess, Sse, api_env, collect_events, read_sse, serve_api, start_api, wait_for,
 )  # fmt: skip
+from workflows.types import SessionInput
 
 EMAIL = {"to": "team@example.com", "subject": "hi", "body": "x"}
 POLL_UPDATE = "__temporal_workflow_stream_poll"
@@ -33,7 +34,9 @@ async def api(
     client: Client, dev_server: devserver.DevServer, fake_model: FakeModelServer, data_dir: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[ApiProcess]:  # fmt: skip
-    async with serve_api(client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("api")) as server:
+    async with serve_api(
+        client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("api")
+    ) as server:
         yield server
 
 
@@ -46,12 +49,16 @@ async def start(http: httpx.AsyncClient, fake_model: FakeModelServer, turns: lis
     session_id = body.pop("session_id", None) or new_id()
     if turns is not None:
         fake_model.script.set(session_id, turns)
-    response = await http.post("/v1/sessions", json={"goal": "do the thing", "session_id": session_id, **body})
+    response = await http.post(
+        "/v1/sessions", json={"goal": "do the thing", "session_id": session_id, **body}
+    )
     assert response.status_code == 201, response.text
     return response.json()
 
 
-async def wait_status(http: httpx.AsyncClient, session_id: str, status: str, timeout: float = 30) -> dict[str, Any]:
+async def wait_status(
+    http: httpx.AsyncClient, session_id: str, status: str, timeout: float = 30
+) -> dict[str, Any]:
     async def check() -> dict[str, Any] | None:
         found = (await http.get(f"/v1/sessions/{session_id}")).json()
         return found if found["status"] == status else None
@@ -87,7 +94,17 @@ async def test_openapi_and_docs_describe_every_endpoint(api: ApiProcess):
     async with api.client("alice") as alice:
         schema = (await alice.get("/openapi.json")).json()
         paths = schema["paths"]
-        for action in ["approve", "deny", "pause", "resume", "cancel", "messages", "close", "events", "history"]:
+        for action in [
+            "approve",
+            "deny",
+            "pause",
+            "resume",
+            "cancel",
+            "messages",
+            "close",
+            "events",
+            "history",
+        ]:
             assert f"/v1/sessions/{{session_id}}/{action}" in paths
         assert set(paths["/v1/sessions"]) == {"get", "post"}
         assert "HTTPBearer" in schema["components"]["securitySchemes"]
@@ -127,11 +144,19 @@ async def test_a_session_started_read_approved_and_listed(api: ApiProcess, fake_
         ], max_steps=5)  # fmt: skip
         session_id = started["session_id"]
         assert started["user_id"] == "alice" and started["limits"]["max_steps"] == 5
-        assert_error(await alice.post("/v1/sessions", json={"goal": "again", "session_id": session_id}), 409, "SessionExists")
+        assert_error(
+            await alice.post("/v1/sessions", json={"goal": "again", "session_id": session_id}),
+            409,
+            "SessionExists",
+        )
         assert_error(await bob.post("/v1/sessions", json={"goal": "mine", "session_id": session_id}), 409)
         waiting = await wait_status(alice, session_id, "waiting_approval")
         assert waiting["pending_approvals"][0]["input"] == EMAIL
-        assert_error(await alice.post(f"/v1/sessions/{session_id}/approve", json={"tool_use_id": "nope"}), 409, "Rejected")
+        assert_error(
+            await alice.post(f"/v1/sessions/{session_id}/approve", json={"tool_use_id": "nope"}),
+            409,
+            "Rejected",
+        )
 
         approved = await alice.post(f"/v1/sessions/{session_id}/approve", json={"tool_use_id": "e1"})
         assert approved.status_code == 200, approved.text
@@ -147,7 +172,10 @@ async def test_a_session_started_read_approved_and_listed(api: ApiProcess, fake_
         assert history["messages"][0]["content"][0]["text"] == "do the thing"
 
         async def listed(http: httpx.AsyncClient) -> list[str]:
-            return [s["session_id"] for s in (await http.get("/v1/sessions", params={"limit": 200})).json()["sessions"]]
+            return [
+                s["session_id"]
+                for s in (await http.get("/v1/sessions", params={"limit": 200})).json()["sessions"]
+            ]
 
         await wait_for(lambda: _contains(listed(alice), session_id), what="the session in alice's list")
         await wait_for(lambda: _contains(listed(olga), session_id), what="the session in olga's list")
@@ -168,15 +196,21 @@ async def test_decisions_record_the_edit_and_who_decided(api: ApiProcess, fake_m
         ])  # fmt: skip
         session_id = started["session_id"]
         await wait_status(alice, session_id, "waiting_approval")
-        bad_edit = await alice.post(f"/v1/sessions/{session_id}/approve",
-                                    json={"tool_use_id": "e1", "input": {**EMAIL, "to": "not an address"}})  # fmt: skip
+        broken = {"tool_use_id": "e1", "input": {**EMAIL, "to": "not an address"}}
+        bad_edit = await alice.post(f"/v1/sessions/{session_id}/approve", json=broken)
         assert "to" in assert_error(bad_edit, 422, "InvalidInput")["message"]
         assert (await alice.get(f"/v1/sessions/{session_id}")).json()["status"] == "waiting_approval"
         edited = {**EMAIL, "to": "boss@example.com"}
-        approved = await alice.post(f"/v1/sessions/{session_id}/approve", json={"tool_use_id": "e1", "input": edited})
+        approved = await alice.post(
+            f"/v1/sessions/{session_id}/approve", json={"tool_use_id": "e1", "input": edited}
+        )
         assert approved.status_code == 200, approved.text
         await wait_for(lambda: _pending(alice, session_id, "e2"), what="the second approval")
-        assert (await olga.post(f"/v1/sessions/{session_id}/deny", json={"tool_use_id": "e2", "reason": "once is enough"})).status_code == 200
+        assert (
+            await olga.post(
+                f"/v1/sessions/{session_id}/deny", json={"tool_use_id": "e2", "reason": "once is enough"}
+            )
+        ).status_code == 200
         await wait_status(alice, session_id, "completed")
         first, second = (await alice.get(f"/v1/sessions/{session_id}/history")).json()["tool_calls"]
         assert first["approved_input"] == edited and first["output"] == "sent to boss@example.com"
@@ -189,11 +223,37 @@ async def _pending(http: httpx.AsyncClient, session_id: str, tool_use_id: str) -
     return [p["tool_use_id"] for p in found["pending_approvals"]] == [tool_use_id]
 
 
+async def test_a_session_no_worker_answers_for_is_listed_from_its_search_attributes(
+    api: ApiProcess, client: Client
+):
+    session_id = new_id()
+    started = SessionInput(goal="nobody runs this", user_id="alice", search_attributes=True)
+    handle = await sessions.start(
+        client, started, session_id, task_queue=f"nobody-{session_id}", summary="", details=""
+    )
+    try:
+        async with api.client("alice") as alice, api.client("bob") as bob:
+
+            async def row() -> dict[str, Any] | None:
+                found = (await alice.get("/v1/sessions", params={"limit": 200})).json()["sessions"]
+                return next((s for s in found if s["session_id"] == session_id), None)
+
+            listed = await wait_for(row, what="the session in alice's list")
+            assert listed["status"] == "running" and listed["user_id"] == "alice" and listed["unavailable"]
+            assert session_id not in [
+                s["session_id"] for s in (await bob.get("/v1/sessions")).json()["sessions"]
+            ]
+    finally:
+        await handle.terminate(reason="test done")
+
+
 async def _contains(listing, session_id: str) -> bool:
     return session_id in await listing
 
 
-async def test_another_users_session_is_unknown_to_them_everywhere(api: ApiProcess, fake_model: FakeModelServer):
+async def test_another_users_session_is_unknown_to_them_everywhere(
+    api: ApiProcess, fake_model: FakeModelServer
+):
     async with api.client("alice") as alice, api.client("bob") as bob, api.client("olga") as olga:
         started = await start(alice, fake_model, [tool_use("send_email", EMAIL, id="e1"), answer("ok")])
         session_id = started["session_id"]
@@ -212,7 +272,9 @@ async def test_another_users_session_is_unknown_to_them_everywhere(api: ApiProce
         assert (await alice.get(f"/v1/sessions/{session_id}")).json()["status"] == "waiting_approval"
         # An operator sees and steers it; the decision is hers.
         assert (await olga.get(f"/v1/sessions/{session_id}")).status_code == 200
-        denied = await olga.post(f"/v1/sessions/{session_id}/deny", json={"tool_use_id": "e1", "reason": "not today"})
+        denied = await olga.post(
+            f"/v1/sessions/{session_id}/deny", json={"tool_use_id": "e1", "reason": "not today"}
+        )
         assert denied.status_code == 200, denied.text
         await wait_status(alice, session_id, "completed")
         [call] = (await olga.get(f"/v1/sessions/{session_id}/history")).json()["tool_calls"]
@@ -243,8 +305,7 @@ async def test_a_chat_session_takes_messages_and_closes(api: ApiProcess, fake_mo
         await wait_status(alice, session_id, "waiting_input")
         sent = await alice.post(f"/v1/sessions/{session_id}/messages", json={"text": "and now?"})
         assert sent.status_code == 200, sent.text
-        second = await wait_for(
-            lambda: _answered(alice, session_id, "second"), what="the second answer")
+        second = await wait_for(lambda: _answered(alice, session_id, "second"), what="the second answer")
         assert second["user_turns"] == 2
         assert_error(await alice.post(f"/v1/sessions/{session_id}/messages", json={"text": "   "}), 422)
         closed = await alice.post(f"/v1/sessions/{session_id}/close")
@@ -261,14 +322,30 @@ async def _answered(http: httpx.AsyncClient, session_id: str, text: str) -> dict
 # ---- bad input ------------------------------------------------------------------------------
 
 
-async def test_bad_bodies_get_the_error_object_and_change_nothing(api: ApiProcess, fake_model: FakeModelServer):
+async def test_bad_bodies_get_the_error_object_and_change_nothing(
+    api: ApiProcess, fake_model: FakeModelServer
+):
     async with api.client("alice") as alice:
         session_id = new_id()
         json_headers = {"Content-Type": "application/json"}
-        assert_error(await alice.post("/v1/sessions", content=b'{"goal": ', headers=json_headers), 400, "MalformedJSON")
-        assert_error(await alice.post("/v1/sessions", json={"goal": "x", "session_id": session_id, "user": "bob"}), 422)
-        assert_error(await alice.post("/v1/sessions", json={"goal": "x", "session_id": session_id, "max_steps": "many"}), 422)
-        assert_error(await alice.post("/v1/sessions", json={"goal": "x", "session_id": session_id, "max_steps": 10**6}), 422)
+        assert_error(
+            await alice.post("/v1/sessions", content=b'{"goal": ', headers=json_headers), 400, "MalformedJSON"
+        )
+        assert_error(
+            await alice.post("/v1/sessions", json={"goal": "x", "session_id": session_id, "user": "bob"}), 422
+        )
+        assert_error(
+            await alice.post(
+                "/v1/sessions", json={"goal": "x", "session_id": session_id, "max_steps": "many"}
+            ),
+            422,
+        )
+        assert_error(
+            await alice.post(
+                "/v1/sessions", json={"goal": "x", "session_id": session_id, "max_steps": 10**6}
+            ),
+            422,
+        )
         assert_error(await alice.post("/v1/sessions", json={"goal": "   ", "session_id": session_id}), 422)
         assert_error(await alice.post("/v1/sessions", json={"session_id": session_id}), 422)
         assert_error(await alice.post("/v1/sessions", json={"goal": "x", "session_id": "bad id/.."}), 422)
@@ -281,7 +358,9 @@ async def test_bad_bodies_get_the_error_object_and_change_nothing(api: ApiProces
                 yield b"x" * 65536
             yield b'"}'
 
-        assert_error(await alice.post("/v1/sessions", content=chunks(), headers=json_headers), 413, "BodyTooLarge")
+        assert_error(
+            await alice.post("/v1/sessions", content=chunks(), headers=json_headers), 413, "BodyTooLarge"
+        )
         assert_error(await alice.get(f"/v1/sessions/{session_id}"), 404, "SessionNotFound")
 
         started = await start(alice, fake_model, [tool_use("send_email", EMAIL, id="e1"), answer("ok")])
@@ -305,8 +384,11 @@ async def test_bad_bodies_get_the_error_object_and_change_nothing(api: ApiProces
 def streamed_turns(count: int) -> list[dict[str, Any]]:
     """Turns that call get_time with streamed text, then an answer; slow enough to cut."""
     # The model activity publishes deltas once a call has run 0.5 s: 12 chunks, 0.08 s apart.
-    turns = [tool_use("get_time", {"timezone_name": "UTC"}, id=f"t{i}", text=f"Step {i}: checking the clock. " * 10)
-             for i in range(count)]  # fmt: skip
+    clock = {"timezone_name": "UTC"}
+    turns = [
+        tool_use("get_time", clock, id=f"t{i}", text=f"Step {i}: checking the clock. " * 10)
+        for i in range(count)
+    ]
     return [{**t, "chunk_delay": 0.08} for t in turns] + [{**answer("All done. " * 30), "chunk_delay": 0.08}]
 
 
@@ -328,12 +410,18 @@ async def test_events_resume_after_a_cut_without_loss_or_repeat(api: ApiProcess,
         # ?after= does the same; after the end there is nothing more, and the server says so.
         tail = await collect_events(alice, session_id, after=whole[-3].id)
         assert [e.id for e in tail] == [e.id for e in whole[-2:]]
-        assert (await alice.get(f"/v1/sessions/{session_id}/events", params={"after": whole[-1].id})).status_code == 204
+        assert (
+            await alice.get(f"/v1/sessions/{session_id}/events", params={"after": whole[-1].id})
+        ).status_code == 204
 
 
-async def test_fifty_watchers_cost_the_session_one_subscription(api: ApiProcess, fake_model: FakeModelServer, client: Client):
+async def test_fifty_watchers_cost_the_session_one_subscription(
+    api: ApiProcess, fake_model: FakeModelServer, client: Client
+):
     async with api.client("alice", limits=httpx.Limits(max_connections=100)) as alice:
-        started = await start(alice, fake_model, [tool_use("send_email", EMAIL, id="e1", text="May I?"), answer("Sent.")])
+        started = await start(
+            alice, fake_model, [tool_use("send_email", EMAIL, id="e1", text="May I?"), answer("Sent.")]
+        )
         session_id = started["session_id"]
         await wait_status(alice, session_id, "waiting_approval")
         approvals_seen = 0
@@ -353,7 +441,9 @@ async def test_fifty_watchers_cost_the_session_one_subscription(api: ApiProcess,
 
         watchers = [asyncio.create_task(watch()) for _ in range(50)]
         await wait_for(lambda: _at_least(lambda: approvals_seen, 50), what="50 watchers at the approval")
-        assert (await alice.post(f"/v1/sessions/{session_id}/approve", json={"tool_use_id": "e1"})).status_code == 200
+        assert (
+            await alice.post(f"/v1/sessions/{session_id}/approve", json={"tool_use_id": "e1"})
+        ).status_code == 200
         results = await asyncio.wait_for(asyncio.gather(*watchers), 60)
         first = [(e.id, e.event) for e in results[0]]
         assert first[-1][1] == "end" and all([(e.id, e.event) for e in r] == first for r in results)
@@ -382,6 +472,7 @@ async def test_events_keep_alive_while_nothing_happens(api: ApiProcess, fake_mod
         await wait_status(alice, session_id, "waiting_approval")
         comments = 0
         async with alice.stream("GET", f"/v1/sessions/{session_id}/events", timeout=40) as response:
+
             async def until_keep_alive():
                 nonlocal comments
                 async for item in read_sse(response):
@@ -397,7 +488,9 @@ async def test_events_keep_alive_while_nothing_happens(api: ApiProcess, fake_mod
 # ---- the server process ----------------------------------------------------------------------
 
 
-def test_a_broken_users_file_is_one_line_naming_the_file_and_field(tmp_path: Path, dev_server: devserver.DevServer, data_dir: Path):
+def test_a_broken_users_file_is_one_line_naming_the_file_and_field(
+    tmp_path: Path, dev_server: devserver.DevServer, data_dir: Path
+):
     import subprocess
     import sys
 
@@ -412,11 +505,15 @@ def test_a_broken_users_file_is_one_line_naming_the_file_and_field(tmp_path: Pat
     [line] = done.stderr.strip().splitlines()
     assert str(users) in line and "users.alice.token_sha256" in line
     users.write_text('[users.alice]\ntoken = "long-enough-token"\nroles = ["admin"]\n')
-    done = subprocess.run([sys.executable, "api.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "api.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 1 and "users.alice.roles.0" in done.stderr
 
 
-async def test_without_a_users_file_it_prints_a_local_url_with_a_token(tmp_path: Path, dev_server: devserver.DevServer, data_dir: Path):
+async def test_without_a_users_file_it_prints_a_local_url_with_a_token(
+    tmp_path: Path, dev_server: devserver.DevServer, data_dir: Path
+):
     import re
 
     server = start_api(api_env(dev_server.address, "unused", data_dir, None), tmp_path / "api.log")
@@ -426,6 +523,10 @@ async def test_without_a_users_file_it_prints_a_local_url_with_a_token(tmp_path:
             page = await browser.get(url)
             assert page.status_code == 200 and "<html" in page.text.lower()
             assert (await browser.get(f"{server.url}/v1/me")).json() == {
-                "user": "local", "operator": True, "namespace": "default", "temporal_ui_url": "http://127.0.0.1:8233"}
+                "user": "local",
+                "operator": True,
+                "namespace": "default",
+                "temporal_ui_url": "http://127.0.0.1:8233",
+            }
     finally:
         server.stop()

@@ -28,6 +28,7 @@ EDITED = {**EMAIL, "to": "boss@example.com"}
 # Streamed in 24-character chunks 0.1 s apart: about 2 s, long enough to see it grow.
 FIRST = "Let me draft the email to the team first. " * 10
 ANSWER = "The email has gone out to the person you chose."
+PARTLY_THERE = "n => { const t = document.querySelector('#turn-1 .text'); return t && t.textContent.length > 0 && t.textContent.length < n; }"
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
 
@@ -42,7 +43,9 @@ async def api(client: Client, dev_server: devserver.DevServer, data_dir: Path,
         answer(ANSWER),
     ])  # fmt: skip
     try:
-        async with serve_api(client, dev_server.address, model, data_dir, tmp_path_factory.mktemp("web")) as server:
+        async with serve_api(
+            client, dev_server.address, model, data_dir, tmp_path_factory.mktemp("web")
+        ) as server:
             yield server
     finally:
         model.stop()
@@ -57,7 +60,10 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
         try:
             page = await browser.new_page(viewport={"width": 1200, "height": 900})
             decisions: list[dict] = []
-            page.on("request", lambda r: decisions.append(json.loads(r.post_data)) if r.url.endswith("/approve") else None)
+            page.on(
+                "request",
+                lambda r: decisions.append(json.loads(r.post_data)) if r.url.endswith("/approve") else None,
+            )
             await page.goto(f"{api.url}/?token={TOKENS['alice']}")
             assert page.url == f"{api.url}/"  # the token left the address bar for a cookie
             await page.wait_for_selector("#me:has-text('alice')")
@@ -69,10 +75,7 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
             session_id = page.url.split("#/s/")[1]
             text = page.locator("#turn-1 .text")
             # Partly there: the text streams in before the turn is recorded.
-            await page.wait_for_function(
-                "n => { const t = document.querySelector('#turn-1 .text'); return t && t.textContent.length > 0 && t.textContent.length < n; }",
-                arg=len(FIRST), timeout=20_000,
-            )  # fmt: skip
+            await page.wait_for_function(PARTLY_THERE, arg=len(FIRST), timeout=20_000)
             await page.screenshot(path=OUTPUT / "api-page-streaming.png")
 
             # The server goes away and comes back: the page resumes where it was.

@@ -67,7 +67,10 @@ class ApiProcess:
         return self.log_file.read_text(errors="replace")[-4000:]
 
     def client(self, user: str | None, **kwargs: Any) -> httpx.AsyncClient:
-        headers = {**({"Authorization": f"Bearer {TOKENS[user]}"} if user else {}), **kwargs.pop("headers", {})}
+        headers = {
+            **({"Authorization": f"Bearer {TOKENS[user]}"} if user else {}),
+            **kwargs.pop("headers", {}),
+        }
         return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30, **kwargs)
 
 
@@ -134,23 +137,33 @@ async def read_sse(response: httpx.Response) -> AsyncIterator[Sse | str]:
             fields[name] = value[1:] if value.startswith(" ") else value
 
 
-async def collect_events(http: httpx.AsyncClient, session_id: str, *, after: int | None = None,
-                         until: str = "end", limit: int | None = None, headers: dict[str, str] | None = None) -> list[Sse]:  # fmt: skip
-    """Read the session's events until an event of type `until` (or `limit` of them)."""
+async def collect_events(
+    http: httpx.AsyncClient,
+    session_id: str,
+    *,
+    after: int | None = None,
+    limit: int | None = None,
+    headers: dict[str, str] | None = None,
+) -> list[Sse]:
+    """Read the session's events until its `end` (or `limit` of them), then cut the connection."""
     found: list[Sse] = []
     params = {"after": after} if after is not None else None
-    async with http.stream("GET", f"/v1/sessions/{session_id}/events", params=params, headers=headers) as response:
+    async with http.stream(
+        "GET", f"/v1/sessions/{session_id}/events", params=params, headers=headers
+    ) as response:
         assert response.status_code == 200, await response.aread()
         async for item in read_sse(response):
             if isinstance(item, Sse):
                 found.append(item)
-                if item.event == until or (limit is not None and len(found) >= limit):
+                if item.event == "end" or (limit is not None and len(found) >= limit):
                     break
     return found
 
 
 @asynccontextmanager
-async def serve_api(client: Client, address: str, fake_model: Any, data_dir: Path, folder: Path) -> AsyncIterator[ApiProcess]:
+async def serve_api(
+    client: Client, address: str, fake_model: Any, data_dir: Path, folder: Path
+) -> AsyncIterator[ApiProcess]:
     """A worker on a fresh task queue and `python api.py` starting sessions on it, for
     alice, bob and olga (operator)."""
     from tests.conftest import model_activities
