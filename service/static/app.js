@@ -123,9 +123,11 @@ function connect(view) {
     if (view.ended) return;
     $("#connection").textContent = "reconnecting…";
     if (source.readyState === EventSource.CLOSED) {
-      setTimeout(() => connect(view), view.retry);
+      // Closed for good (the server was away, or said 204): go on unless the session is over.
+      setTimeout(() => nothingMore(view).then((over) => {
+        if (over) { view.ended = true; $("#connection").textContent = ""; refreshStatus(); } else connect(view);
+      }), view.retry);
       view.retry = Math.min(view.retry * 2, 10000);
-      refreshStatus();
     }
   };
   for (const type of EVENT_TYPES) {
@@ -135,6 +137,21 @@ function connect(view) {
       view.lastId = id;
       show(view, type, JSON.parse(message.data));
     });
+  }
+}
+
+// The server answers 204 when nothing can follow this offset (a session that ended without an
+// `end` event, e.g. terminated): then stop instead of reconnecting forever.
+async function nothingMore(view) {
+  const abort = new AbortController();
+  try {
+    const response = await fetch(`/v1/sessions/${encodeURIComponent(view.id)}/events?after=${view.lastId}`,
+      { credentials: "same-origin", signal: abort.signal });
+    return response.status === 204;
+  } catch (error) {
+    return false;
+  } finally {
+    abort.abort();
   }
 }
 
