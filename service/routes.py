@@ -22,10 +22,17 @@ from service.auth import User, current_user
 from service.ownership import Owners
 from workflows.agent import AgentWorkflow
 from workflows.pricing import PRICES, price_for
-from workflows.types import DEFAULT_MODEL, CancelRequest, Decision, Limits, SessionInput, UserMessage
+from workflows.types import (
+    DEFAULT_MODEL,
+    CancelRequest,
+    Decision,
+    Limits,
+    SessionInput,
+    SessionStatus,
+    UserMessage,
+)
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
-Status = dict[str, Any]
 Caller = Annotated[User, Depends(current_user)]
 ERRORS = {
     400: {"description": "malformed JSON"},
@@ -46,7 +53,7 @@ OptionalCancel = Annotated[schemas.Cancel | None, Body()]
 
 
 @router.post("", status_code=201, responses={**ERRORS, 409: {"description": "the id is taken"}})
-async def start_session(body: schemas.StartSession, user: Caller, owned: Owned) -> Status:
+async def start_session(body: schemas.StartSession, user: Caller, owned: Owned) -> SessionStatus:
     """Start a session for the caller; answers its status."""
     session_input = await _session_input(body, user, owned)
     session_id = body.session_id or f"session-{uuid.uuid4().hex[:12]}"
@@ -55,7 +62,7 @@ async def start_session(body: schemas.StartSession, user: Caller, owned: Owned) 
         summary=render.shorten(body.goal, 200), details=render.session_details(session_input),
     )  # fmt: skip
     owned.remember(session_id, user.name)
-    return (await sessions.status(owned.client, session_id)).model_dump(mode="json")
+    return await sessions.status(owned.client, session_id)
 
 
 async def _session_input(body: schemas.StartSession, user: User, owned: Owners) -> SessionInput:
@@ -91,13 +98,13 @@ async def list_sessions(
 
 
 @router.get("/{session_id}", responses=ERRORS)
-async def get_session(session_id: str, user: Caller, owned: Owned) -> Status:
+async def get_session(session_id: str, user: Caller, owned: Owned) -> SessionStatus:
     """What `client.py status --json` prints."""
-    return (await owned.status(user, session_id)).model_dump(mode="json")
+    return await owned.status(user, session_id)
 
 
 @router.get("/{session_id}/history", responses=ERRORS)
-async def get_history(session_id: str, user: Caller, owned: Owned) -> Status:
+async def get_history(session_id: str, user: Caller, owned: Owned) -> dict[str, Any]:
     """What `client.py history --json` prints."""
     await owned.check(user, session_id)
     return sessions.history_document(await sessions.history(owned.client, session_id))
@@ -109,47 +116,47 @@ EDIT_REFUSED = {**CONFLICT, 422: {"description": "an edited input breaks the too
 
 async def _steer(
     owned: Owners, user: User, session_id: str, update: Callable[..., Any], *args: Any
-) -> Status:
+) -> SessionStatus:
     await owned.check(user, session_id)
     await sessions.act(owned.client, session_id, update, *args)
-    return (await sessions.status(owned.client, session_id)).model_dump(mode="json")
+    return await sessions.status(owned.client, session_id)
 
 
 @router.post("/{session_id}/approve", responses=EDIT_REFUSED)
-async def approve(session_id: str, body: schemas.Approve, user: Caller, owned: Owned) -> Status:
+async def approve(session_id: str, body: schemas.Approve, user: Caller, owned: Owned) -> SessionStatus:
     """Approve a waiting tool call, optionally with an edited input."""
     decision = Decision(tool_use_id=body.tool_use_id, input=body.input, decided_by=user.name)
     return await _steer(owned, user, session_id, AgentWorkflow.approve_call, decision)
 
 
 @router.post("/{session_id}/deny", responses=CONFLICT)
-async def deny(session_id: str, body: schemas.Deny, user: Caller, owned: Owned) -> Status:
+async def deny(session_id: str, body: schemas.Deny, user: Caller, owned: Owned) -> SessionStatus:
     """Deny a waiting tool call; the model is told the reason."""
     decision = Decision(tool_use_id=body.tool_use_id, reason=body.reason, decided_by=user.name)
     return await _steer(owned, user, session_id, AgentWorkflow.deny_call, decision)
 
 
 @router.post("/{session_id}/pause", responses=CONFLICT)
-async def pause(session_id: str, user: Caller, owned: Owned, body: NoBody = None) -> Status:
+async def pause(session_id: str, user: Caller, owned: Owned, body: NoBody = None) -> SessionStatus:
     """Pause between units of work."""
     return await _steer(owned, user, session_id, AgentWorkflow.pause_session)
 
 
 @router.post("/{session_id}/resume", responses=CONFLICT)
-async def resume(session_id: str, user: Caller, owned: Owned, body: NoBody = None) -> Status:
+async def resume(session_id: str, user: Caller, owned: Owned, body: NoBody = None) -> SessionStatus:
     """Resume a paused session."""
     return await _steer(owned, user, session_id, AgentWorkflow.resume_session)
 
 
 @router.post("/{session_id}/cancel", responses=CONFLICT)
-async def cancel(session_id: str, user: Caller, owned: Owned, body: OptionalCancel = None) -> Status:
+async def cancel(session_id: str, user: Caller, owned: Owned, body: OptionalCancel = None) -> SessionStatus:
     """Cancel the session and its work in flight."""
     request = CancelRequest(reason=body.reason if body else None, decided_by=user.name)
     return await _steer(owned, user, session_id, AgentWorkflow.cancel_session, request)
 
 
 @router.post("/{session_id}/messages", responses=CONFLICT)
-async def send_message(session_id: str, body: schemas.Message, user: Caller, owned: Owned) -> Status:
+async def send_message(session_id: str, body: schemas.Message, user: Caller, owned: Owned) -> SessionStatus:
     """A chat session's next message."""
     try:
         message = UserMessage(text=body.text)
@@ -159,6 +166,6 @@ async def send_message(session_id: str, body: schemas.Message, user: Caller, own
 
 
 @router.post("/{session_id}/close", responses=CONFLICT)
-async def close(session_id: str, user: Caller, owned: Owned, body: NoBody = None) -> Status:
+async def close(session_id: str, user: Caller, owned: Owned, body: NoBody = None) -> SessionStatus:
     """End a chat session after the messages already sent."""
     return await _steer(owned, user, session_id, AgentWorkflow.close_session)

@@ -108,6 +108,9 @@ async def test_openapi_and_docs_describe_every_endpoint(api: ApiProcess):
             assert f"/v1/sessions/{{session_id}}/{action}" in paths
         assert set(paths["/v1/sessions"]) == {"get", "post"}
         assert "HTTPBearer" in schema["components"]["securitySchemes"]
+        ok = paths["/v1/sessions/{session_id}/approve"]["post"]["responses"]["200"]["content"]["application/json"]
+        assert ok["schema"]["$ref"].endswith("/SessionStatus")
+        assert "StartSession" in schema["components"]["schemas"]
         docs = await alice.get("/docs")
         assert docs.status_code == 200 and "swagger" in docs.text.lower()
 
