@@ -1,0 +1,63 @@
+"""`python api.py`: the agent service, an HTTP API and a page to start, follow and steer
+sessions.
+
+Users and their tokens come from the TOML file named by `AGENT_API_USERS`. Without it the
+server listens on 127.0.0.1 only, with one local user whose random token is in the URL it
+prints. Temporal is reached as by the client (`TEMPORAL_ADDRESS`, `TEMPORAL_TASK_QUEUE`...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from plumbing.connection import connect
+from plumbing.errors import AgentError
+from service.app import create_app
+from service.auth import Users, load_users, local_user
+
+LOCAL = "127.0.0.1"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python api.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default=LOCAL)
+    parser.add_argument("--port", type=int, default=8080)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    users_file = os.environ.get("AGENT_API_USERS")
+    try:
+        users = load_users(Path(users_file)) if users_file else None
+    except AgentError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    host = args.host
+    if users is None:
+        users, token = local_user()
+        if host != LOCAL:
+            print(f"no AGENT_API_USERS file: listening on {LOCAL} only, not {host}", file=sys.stderr)
+            host = LOCAL
+        print(f"open http://{LOCAL}:{args.port}/?token={token}", flush=True)
+    try:
+        asyncio.run(serve(users, host, args.port))
+    except AgentError as err:  # Temporal unreachable at startup
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def serve(users: Users, host: str, port: int) -> None:
+    # Connect first, so an unreachable Temporal is one line and exit code 1.
+    client = await connect()
+    config = uvicorn.Config(create_app(users, client), host=host, port=port, log_level="info")
+    await uvicorn.Server(config).serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

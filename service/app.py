@@ -1,0 +1,62 @@
+"""The agent service's application: the routes, the error answers, the body limit, and the
+Temporal client with the session feeds, made when the server starts."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+from temporalio.client import Client
+
+from plumbing.connection import connect
+from service import errors, events, pages, routes
+from service.auth import Users, current_user
+from service.feeds import Feeds
+from service.ownership import Owners
+
+DESCRIPTION = """Start, follow and steer agent sessions (each one a Temporal workflow).
+
+Send `Authorization: Bearer TOKEN`; in a browser, open `/?token=TOKEN` once. Errors are
+`{"error": {"type", "message"}}`."""
+
+
+def create_app(users: Users, client: Client | None = None) -> FastAPI:
+    """The app; it connects to Temporal at startup unless given a client."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.client = client or await connect()
+        app.state.owners = Owners(app.state.client)
+        app.state.feeds = Feeds(app.state.client)
+        try:
+            yield
+        finally:
+            app.state.feeds.close()
+
+    app = FastAPI(
+        title="Agent sessions", description=DESCRIPTION, version="1",
+        lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
+    )  # fmt: skip
+    app.state.users = users
+    errors.install(app)
+    app.add_middleware(errors.BodyLimit)
+    for module in (pages, routes, events):
+        app.include_router(module.router)
+    _docs(app)
+    return app
+
+
+def _docs(app: FastAPI) -> None:
+    """The schema and the interactive docs, behind the same authentication as the rest."""
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(current_user)])
+    async def openapi() -> dict[str, Any]:
+        return app.openapi()
+
+    @app.get("/docs", include_in_schema=False, dependencies=[Depends(current_user)])
+    async def docs(request: Request) -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="Agent sessions: API")

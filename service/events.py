@@ -1,0 +1,58 @@
+"""`GET /v1/sessions/{id}/events`: the session's events as Server-Sent Events.
+
+`id:` is the event's offset in the session's stream, `event:` its type, `data:` its JSON
+(the typed events of `workflows.events`, text deltas included). A client resumes after
+`Last-Event-ID` (or `?after=N`) and loses and repeats nothing. The stream ends after the
+`end` event; when nothing can follow the client's offset, the answer is 204, which tells an
+EventSource to stop reconnecting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from service.feeds import Feed, Feeds
+from service.routes import ERRORS, Caller, Owned
+
+router = APIRouter(prefix="/v1/sessions", tags=["events"])
+KEEP_ALIVE_SECONDS = 10
+
+
+@router.get(
+    "/{session_id}/events",
+    responses={**ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "the events"},
+               204: {"description": "the session has ended and nothing follows this offset"}},
+)  # fmt: skip
+async def events(
+    request: Request,
+    session_id: str,
+    user: Caller,
+    owned: Owned,
+    after: Annotated[int | None, Query(ge=-1, description="resume after this event id")] = None,
+    last_event_id: Annotated[
+        int | None, Header(ge=-1, description="sent by EventSource on reconnect")
+    ] = None,
+) -> Response:
+    """Follow the session's events from the start, or after the given offset."""
+    await owned.check(user, session_id)
+    offset = last_event_id if last_event_id is not None else after if after is not None else -1
+    feeds: Feeds = request.app.state.feeds
+    feed = feeds.join(session_id)
+    if feed.finished_after(offset):
+        feeds.leave(feed)
+        return Response(status_code=204)
+    return EventSourceResponse(
+        _relay(feeds, feed, offset), ping=KEEP_ALIVE_SECONDS, headers={"Cache-Control": "no-store"}
+    )
+
+
+async def _relay(feeds: Feeds, feed: Feed, offset: int) -> AsyncIterator[ServerSentEvent]:
+    try:
+        async for item in feed.follow(offset):
+            yield ServerSentEvent(id=str(item.offset), event=item.type, data=item.data)
+    finally:
+        feeds.leave(feed)

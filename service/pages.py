@@ -1,0 +1,59 @@
+"""The page and its files, the token-for-cookie exchange, and the health check.
+
+`/?token=TOKEN` is opened once: the answer sets an HttpOnly, SameSite=Strict cookie and
+redirects to `/`, so the token leaves the address bar and the browser history.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import FileResponse, RedirectResponse, Response
+
+from service import schemas
+from service.auth import COOKIE, Unauthorized, User, bearer, current_user
+
+STATIC = Path(__file__).parent / "static"
+COOKIE_MAX_AGE = 30 * 24 * 3600
+router = APIRouter()
+
+
+@router.get("/healthz", tags=["service"])
+async def healthz() -> dict[str, str]:
+    """Unauthenticated: the server is up."""
+    return {"status": "ok"}
+
+
+@router.get("/", include_in_schema=False)
+async def index(request: Request, token: str | None = None) -> Response:
+    if token is not None:
+        user = request.app.state.users.by_token(token)
+        if user is None:
+            raise Unauthorized("wrong token")
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(
+            COOKIE, request.app.state.users.cookie_for(user), max_age=COOKIE_MAX_AGE,
+            httponly=True, samesite="strict", secure=request.url.scheme == "https", path="/",
+        )  # fmt: skip
+        return response
+    await current_user(request, await bearer(request), request.cookies.get(COOKIE))
+    return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+
+
+@router.get("/static/{name}", include_in_schema=False)
+async def static(name: str, user: User = Depends(current_user)) -> Response:
+    path = (STATIC / name).resolve()
+    if path.parent != STATIC.resolve() or not path.is_file():
+        return Response(status_code=404)
+    return FileResponse(path, headers={"Cache-Control": "no-cache"})
+
+
+@router.get("/v1/me", tags=["service"])
+async def me(request: Request, user: User = Depends(current_user)) -> schemas.Me:
+    """Who the caller is, and where the Temporal UI shows their sessions."""
+    return schemas.Me(
+        user=user.name, operator=user.operator, namespace=request.app.state.client.namespace,
+        temporal_ui_url=os.environ.get("TEMPORAL_UI_URL", "http://localhost:8233").rstrip("/"),
+    )  # fmt: skip

@@ -1,0 +1,171 @@
+"""`/v1/sessions`: start, list, read and steer sessions, as the authenticated user.
+
+The caller's name comes from the token, never from the body: it is the session's
+`user_id` and every decision's `decided_by`. Steering goes through `plumbing.sessions.act`
+with the workflow's typed update references, like the command line.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Query, Request
+from pydantic import ValidationError
+
+from plumbing import render, sessions
+from plumbing.connection import task_queue
+from plumbing.errors import InvalidInput
+from service import schemas
+from service.auth import User, current_user
+from service.ownership import Owners
+from workflows.agent import AgentWorkflow
+from workflows.pricing import PRICES, price_for
+from workflows.types import (
+    DEFAULT_MODEL,
+    CancelRequest,
+    Decision,
+    Limits,
+    SessionInput,
+    SessionStatus,
+    UserMessage,
+)
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+Caller = Annotated[User, Depends(current_user)]
+ERRORS = {
+    400: {"description": "malformed JSON"},
+    401: {"description": "no token, or a wrong one"},
+    404: {"description": "no such session, or not yours"},
+    413: {"description": "body over the limit"},
+    422: {"description": "the body breaks the schema"},
+}
+
+
+def owners(request: Request) -> Owners:
+    return request.app.state.owners
+
+
+Owned = Annotated[Owners, Depends(owners)]
+NoBody = Annotated[schemas.Empty | None, Body()]
+OptionalCancel = Annotated[schemas.Cancel | None, Body()]
+
+
+@router.post("", status_code=201, responses={**ERRORS, 409: {"description": "the id is taken"}})
+async def start_session(body: schemas.StartSession, user: Caller, owned: Owned) -> SessionStatus:
+    """Start a session for the caller; answers its status."""
+    session_input = await _session_input(body, user, owned)
+    session_id = body.session_id or f"session-{uuid.uuid4().hex[:12]}"
+    await sessions.start(
+        owned.client, session_input, session_id, task_queue=task_queue(),
+        summary=render.shorten(body.goal, 200), details=render.session_details(session_input),
+    )  # fmt: skip
+    owned.remember(session_id, user.name)
+    return await sessions.status(owned.client, session_id)
+
+
+async def _session_input(body: schemas.StartSession, user: User, owned: Owners) -> SessionInput:
+    model = body.model or DEFAULT_MODEL
+    price = price_for(model)
+    if body.cost_budget is not None and price is None:
+        raise InvalidInput(f"no prices for model {model!r}, so a cost budget cannot be kept; "
+                           f"models with prices: {', '.join(sorted(PRICES))}")  # fmt: skip
+    limits = {"max_steps": body.max_steps, "token_budget": body.token_budget,
+              "cost_budget_usd": body.cost_budget, "timeout_seconds": body.timeout}  # fmt: skip
+    try:
+        return SessionInput(
+            goal=body.goal, user_id=user.name, model=model, price=price, chat=body.chat,
+            limits=Limits(**{k: v for k, v in limits.items() if v is not None}),
+            search_attributes=await owned.has_search_attributes(),
+            **({"system": body.system} if body.system is not None else {}),
+        )  # fmt: skip
+    except ValidationError as err:
+        raise InvalidInput(
+            "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        ) from None
+
+
+@router.get("", responses=ERRORS)
+async def list_sessions(
+    user: Caller,
+    owned: Owned,
+    status: Annotated[str | None, Query(max_length=40)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> schemas.SessionList:
+    """The caller's sessions (an operator's: all), newest first, as status objects."""
+    return schemas.SessionList(sessions=await owned.listing(user, status, limit))
+
+
+@router.get("/{session_id}", responses=ERRORS)
+async def get_session(session_id: str, user: Caller, owned: Owned) -> SessionStatus:
+    """What `client.py status --json` prints."""
+    return await owned.status(user, session_id)
+
+
+@router.get("/{session_id}/history", responses=ERRORS)
+async def get_history(session_id: str, user: Caller, owned: Owned) -> dict[str, Any]:
+    """What `client.py history --json` prints."""
+    await owned.check(user, session_id)
+    return sessions.history_document(await sessions.history(owned.client, session_id))
+
+
+CONFLICT = {**ERRORS, 409: {"description": "the session refused (its reason), or has ended"}}
+EDIT_REFUSED = {**CONFLICT, 422: {"description": "an edited input breaks the tool's schema"}}
+
+
+async def _steer(
+    owned: Owners, user: User, session_id: str, update: Callable[..., Any], *args: Any
+) -> SessionStatus:
+    await owned.check(user, session_id)
+    await sessions.act(owned.client, session_id, update, *args)
+    return await sessions.status(owned.client, session_id)
+
+
+@router.post("/{session_id}/approve", responses=EDIT_REFUSED)
+async def approve(session_id: str, body: schemas.Approve, user: Caller, owned: Owned) -> SessionStatus:
+    """Approve a waiting tool call, optionally with an edited input."""
+    decision = Decision(tool_use_id=body.tool_use_id, input=body.input, decided_by=user.name)
+    return await _steer(owned, user, session_id, AgentWorkflow.approve_call, decision)
+
+
+@router.post("/{session_id}/deny", responses=CONFLICT)
+async def deny(session_id: str, body: schemas.Deny, user: Caller, owned: Owned) -> SessionStatus:
+    """Deny a waiting tool call; the model is told the reason."""
+    decision = Decision(tool_use_id=body.tool_use_id, reason=body.reason, decided_by=user.name)
+    return await _steer(owned, user, session_id, AgentWorkflow.deny_call, decision)
+
+
+@router.post("/{session_id}/pause", responses=CONFLICT)
+async def pause(session_id: str, user: Caller, owned: Owned, body: NoBody = None) -> SessionStatus:
+    """Pause between units of work."""
+    return await _steer(owned, user, session_id, AgentWorkflow.pause_session)
+
+
+@router.post("/{session_id}/resume", responses=CONFLICT)
+async def resume(session_id: str, user: Caller, owned: Owned, body: NoBody = None) -> SessionStatus:
+    """Resume a paused session."""
+    return await _steer(owned, user, session_id, AgentWorkflow.resume_session)
+
+
+@router.post("/{session_id}/cancel", responses=CONFLICT)
+async def cancel(session_id: str, user: Caller, owned: Owned, body: OptionalCancel = None) -> SessionStatus:
+    """Cancel the session and its work in flight."""
+    request = CancelRequest(reason=body.reason if body else None, decided_by=user.name)
+    return await _steer(owned, user, session_id, AgentWorkflow.cancel_session, request)
+
+
+@router.post("/{session_id}/messages", responses=CONFLICT)
+async def send_message(session_id: str, body: schemas.Message, user: Caller, owned: Owned) -> SessionStatus:
+    """A chat session's next message."""
+    try:
+        message = UserMessage(text=body.text)
+    except ValidationError as err:
+        raise InvalidInput(err.errors()[0]["msg"]) from None
+    return await _steer(owned, user, session_id, AgentWorkflow.send_message, message)
+
+
+@router.post("/{session_id}/close", responses=CONFLICT)
+async def close(session_id: str, user: Caller, owned: Owned, body: NoBody = None) -> SessionStatus:
+    """End a chat session after the messages already sent."""
+    return await _steer(owned, user, session_id, AgentWorkflow.close_session)

@@ -1,0 +1,60 @@
+"""The API's request bodies. Unknown fields are refused (422), so a typo never passes
+silently as a default."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SESSION_ID = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$"
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StartSession(Body):
+    goal: str = Field(min_length=1, max_length=200_000)
+    agent: str | None = Field(default=None, max_length=200, description="accepted; not used yet")
+    session_id: str | None = Field(default=None, pattern=SESSION_ID)
+    system: str | None = Field(default=None, max_length=200_000)
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    max_steps: int | None = Field(default=None, ge=1)
+    token_budget: int | None = Field(default=None, ge=1)
+    cost_budget: float | None = Field(default=None, gt=0, description="USD")
+    timeout: float | None = Field(default=None, gt=0, description="seconds")
+    chat: bool = False
+
+
+class Approve(Body):
+    tool_use_id: str = Field(min_length=1, max_length=200)
+    input: dict[str, Any] | None = Field(default=None, description="approve with this input instead")
+
+
+class Deny(Body):
+    tool_use_id: str = Field(min_length=1, max_length=200)
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class Cancel(Body):
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class Message(Body):
+    text: str = Field(min_length=1, max_length=200_000)
+
+
+class Empty(Body):
+    pass
+
+
+class SessionList(BaseModel):
+    sessions: list[dict[str, Any]]
+
+
+class Me(BaseModel):
+    user: str
+    operator: bool
+    namespace: str
+    temporal_ui_url: str

@@ -1,0 +1,370 @@
+// The agent sessions page: the list (polled), one session (its events over SSE), and the
+// actions. No build step: plain DOM. Every text from the server goes in through
+// textContent, never as HTML.
+"use strict";
+
+const $ = (selector) => document.querySelector(selector);
+const EVENT_TYPES = ["status", "turn", "tool_call", "tool_result", "approval", "decision",
+  "answered", "user_message", "continued", "end", "delta"];
+const FINAL = ["completed", "stopped", "failed", "cancelled"];
+let me = null;
+let listTimer = null;
+let current = null; // the open session's view state
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+// The API with the page's cookie; changes are JSON (the server refuses anything else).
+async function api(path, options = {}) {
+  const init = { method: options.method || "GET", credentials: "same-origin", headers: {} };
+  if (init.method !== "GET") {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(options.body || {});
+  }
+  const response = await fetch(path, init);
+  const data = response.status === 204 ? null : await response.json().catch(() => null);
+  if (!response.ok) {
+    const error = new Error((data && data.error && data.error.message) || `HTTP ${response.status}`);
+    error.status = response.status;
+    throw error;
+  }
+  return data;
+}
+
+const tokens = (usage) => usage ? usage.input_tokens + usage.output_tokens +
+  usage.cache_read_input_tokens + usage.cache_creation_input_tokens : 0;
+const cost = (value) => value == null ? "–" : `$${value.toFixed(4)}`;
+const ms = (value) => value == null ? "" : value < 1000 ? `${value} ms` : `${(value / 1000).toFixed(1)} s`;
+
+// ---- the list ------------------------------------------------------------------------
+
+async function refreshList() {
+  const status = $("#status-filter").value;
+  try {
+    const { sessions } = await api(`/v1/sessions?limit=100${status ? `&status=${encodeURIComponent(status)}` : ""}`);
+    const body = $("#sessions tbody");
+    body.replaceChildren(...sessions.map((s) => el("tr", { "data-session": s.session_id },
+      el("td", {}, el("a", { href: `#/s/${encodeURIComponent(s.session_id)}`, text: s.session_id })),
+      el("td", {}, el("span", { class: `badge ${s.status}`, text: s.status })),
+      el("td", { text: s.agent || "default" }),
+      el("td", { text: String(s.steps) }),
+      el("td", { text: s.usage ? tokens(s.usage).toLocaleString() : String(s.tokens ?? "–") }),
+      el("td", { text: cost(s.cost_usd) }),
+      el("td", { text: String(s.pending_approvals.length) }),
+      el("td", { text: new Date(s.started_at).toLocaleString() }))));
+    $("#list-error").textContent = "";
+  } catch (error) {
+    $("#list-error").textContent = `Could not load the sessions: ${error.message}`;
+  }
+}
+
+async function startSession(event) {
+  event.preventDefault();
+  const body = { goal: $("#goal").value, chat: $("#chat").checked };
+  if ($("#agent").value.trim()) body.agent = $("#agent").value.trim();
+  $("#start").disabled = true;
+  try {
+    const started = await api("/v1/sessions", { method: "POST", body });
+    $("#goal").value = "";
+    $("#start-error").textContent = "";
+    location.hash = `#/s/${encodeURIComponent(started.session_id)}`;
+  } catch (error) {
+    $("#start-error").textContent = error.message;
+  } finally {
+    $("#start").disabled = false;
+  }
+}
+
+// ---- one session ---------------------------------------------------------------------
+
+function openSession(id) {
+  closeSession();
+  current = { id, lastId: -1, source: null, ended: false, retry: 1000, pendingKey: "", refreshing: null };
+  $("#session-title").textContent = id;
+  $("#conversation").replaceChildren();
+  $("#approvals").replaceChildren();
+  $("#final").replaceChildren();
+  $("#session-error").textContent = "";
+  if (me) $("#temporal-link").href = `${me.temporal_ui_url}/namespaces/${encodeURIComponent(me.namespace)}/workflows/${encodeURIComponent(id)}`;
+  showGoal(current);
+  refreshStatus();
+  connect(current);
+}
+
+function closeSession() {
+  if (current && current.source) current.source.close();
+  current = null;
+}
+
+async function showGoal(view) {
+  try {
+    const history = await api(`/v1/sessions/${encodeURIComponent(view.id)}/history`);
+    const goal = history.messages[0].content.map((b) => b.text || "").join("");
+    if (view === current) $("#conversation").prepend(userMessage(goal, "goal"));
+  } catch (error) { /* the status refresh reports what went wrong */ }
+}
+
+// EventSource resumes by itself with Last-Event-ID; when the server is gone long enough
+// for it to give up, a new one resumes with ?after=. Ids already shown are skipped.
+function connect(view) {
+  if (view !== current || view.ended) return;
+  const source = new EventSource(`/v1/sessions/${encodeURIComponent(view.id)}/events?after=${view.lastId}`);
+  view.source = source;
+  source.onopen = () => { view.retry = 1000; $("#connection").textContent = "live"; };
+  source.onerror = () => {
+    if (view.ended) return;
+    $("#connection").textContent = "reconnecting…";
+    if (source.readyState === EventSource.CLOSED) {
+      // Closed for good (the server was away, or said 204): go on unless the session is over.
+      setTimeout(() => nothingMore(view).then((over) => {
+        if (over) { view.ended = true; $("#connection").textContent = ""; refreshStatus(); } else connect(view);
+      }), view.retry);
+      view.retry = Math.min(view.retry * 2, 10000);
+    }
+  };
+  for (const type of EVENT_TYPES) {
+    source.addEventListener(type, (message) => {
+      const id = Number(message.lastEventId);
+      if (view !== current || id <= view.lastId) return;
+      view.lastId = id;
+      show(view, type, JSON.parse(message.data));
+    });
+  }
+}
+
+// The server answers 204 when nothing can follow this offset (a session that ended without an
+// `end` event, e.g. terminated): then stop instead of reconnecting forever.
+async function nothingMore(view) {
+  const abort = new AbortController();
+  try {
+    const response = await fetch(`/v1/sessions/${encodeURIComponent(view.id)}/events?after=${view.lastId}`,
+      { credentials: "same-origin", signal: abort.signal });
+    return response.status === 204;
+  } catch (error) {
+    return false;
+  } finally {
+    abort.abort();
+  }
+}
+
+function show(view, type, event) {
+  const handlers = {
+    delta: () => streamText(event.step, event.attempt, event.text),
+    turn: () => finishTurn(event),
+    tool_call: () => toolCall(event),
+    tool_result: () => toolResult(event),
+    approval: () => { markCall(event.tool_use_id, "waiting_approval", "waiting for approval"); refreshStatus(); },
+    decision: () => decision(event),
+    user_message: () => $("#conversation").append(userMessage(event.text, `message ${event.turn}`)),
+    answered: () => refreshStatus(),
+    continued: () => $("#conversation").append(el("p", { class: "muted", text: `continued as new (run ${event.run})` })),
+    status: () => refreshStatus(),
+    end: () => ended(view, event),
+  };
+  (handlers[type] || (() => {}))();
+}
+
+function userMessage(text, who) {
+  return el("div", { class: "message user" }, el("div", { class: "who", text: who }), el("div", { class: "text", text }));
+}
+
+function turnBlock(step) {
+  let block = document.getElementById(`turn-${step}`);
+  if (!block) {
+    block = el("div", { class: "message model", id: `turn-${step}` },
+      el("div", { class: "who", text: `step ${step}` }), el("div", { class: "text" }), el("div", { class: "tools" }));
+    $("#conversation").append(block);
+  }
+  return block;
+}
+
+function streamText(step, attempt, text) {
+  const block = turnBlock(step);
+  const target = block.querySelector(".text");
+  if (block.dataset.attempt !== String(attempt)) { // a retried attempt replaces the partial text
+    block.dataset.attempt = String(attempt);
+    target.textContent = "";
+  }
+  if (!block.dataset.done) target.textContent += text;
+}
+
+function finishTurn(event) {
+  const block = turnBlock(event.step);
+  block.dataset.done = "1";
+  block.querySelector(".text").textContent = event.text;
+  block.querySelector(".who").textContent = `step ${event.step} · ${event.stop_reason || ""} · ${tokens(event.usage).toLocaleString()} tokens`;
+}
+
+function toolCall(event) {
+  const blocks = document.querySelectorAll("#conversation .message.model");
+  const block = blocks.length ? blocks[blocks.length - 1] : turnBlock(0);
+  const card = el("div", { class: "tool running", id: `call-${event.tool_use_id}` },
+    el("strong", { text: event.name }), " ", el("span", { class: "call-status muted", text: "running" }),
+    el("pre", { class: "input", text: JSON.stringify(event.input, null, 2) }), el("pre", { class: "output", hidden: "" }));
+  block.querySelector(".tools").append(card);
+}
+
+function markCall(toolUseId, status, label) {
+  const card = document.getElementById(`call-${toolUseId}`);
+  if (!card) return null;
+  card.className = `tool ${status}`;
+  card.querySelector(".call-status").textContent = label;
+  return card;
+}
+
+function toolResult(event) {
+  const card = markCall(event.tool_use_id, event.status, `${event.status} ${ms(event.duration_ms)}`);
+  if (!card) return;
+  const output = card.querySelector(".output");
+  output.hidden = event.output == null;
+  output.textContent = event.output || "";
+}
+
+function decision(event) {
+  const who = event.decided_by ? ` by ${event.decided_by}` : "";
+  const label = event.approved ? `approved${who}${event.input ? " (edited)" : ""}` : `denied${who}: ${event.reason || ""}`;
+  const card = markCall(event.tool_use_id, event.approved ? "running" : "denied", label);
+  if (card && event.input) card.querySelector(".input").textContent = JSON.stringify(event.input, null, 2);
+  refreshStatus();
+}
+
+function ended(view, event) {
+  view.ended = true;
+  if (view.source) view.source.close();
+  $("#connection").textContent = "";
+  const text = `${event.status}${event.stop_reason ? ` (${event.stop_reason})` : ""}${event.error ? `: ${event.error}` : ""}`;
+  $("#final").replaceChildren(el("div", { class: `final ${event.status}`, id: "final-status" },
+    el("strong", { text }), el("div", { class: "text", text: event.answer || "" })));
+  refreshStatus();
+}
+
+// The status gives the totals, the pending approvals and which actions make sense.
+function refreshStatus() {
+  const view = current;
+  if (!view || view.refreshing) { if (view) view.again = true; return; }
+  view.refreshing = api(`/v1/sessions/${encodeURIComponent(view.id)}`)
+    .then((status) => { if (view === current) renderStatus(view, status); })
+    .catch((error) => { if (view === current) $("#session-error").textContent = error.message; })
+    .finally(() => {
+      view.refreshing = null;
+      if (view.again) { view.again = false; refreshStatus(); }
+    });
+}
+
+function renderStatus(view, status) {
+  // Answers can arrive out of order (an action's answer after the end's refresh): keep the newest.
+  const at = Date.parse(status.updated_at);
+  if (view.updatedAt && at < view.updatedAt) return;
+  view.updatedAt = at;
+  const badge = $("#session-status");
+  badge.textContent = status.status;
+  badge.className = `badge ${status.status}`;
+  $("#totals").textContent = `${status.steps} steps · ${tokens(status.usage).toLocaleString()} tokens ` +
+    `(in ${status.usage.input_tokens} · out ${status.usage.output_tokens}) · ${cost(status.cost_usd)}`;
+  const over = FINAL.includes(status.status);
+  $("#pause").disabled = over || status.status === "paused";
+  $("#resume").disabled = status.status !== "paused";
+  $("#cancel").disabled = over;
+  $("#message-form").hidden = !status.chat || over;
+  renderApprovals(view, over ? [] : status.pending_approvals);
+}
+
+function renderApprovals(view, pending) {
+  const key = pending.map((p) => p.tool_use_id).join(",");
+  if (key === view.pendingKey) return; // keep what the person is typing
+  view.pendingKey = key;
+  $("#approvals").replaceChildren(...pending.map((p) => approvalBanner(view, p)));
+}
+
+function approvalBanner(view, pending) {
+  const input = el("textarea", { class: "json", rows: "6", "aria-label": "tool input (JSON)" });
+  input.value = JSON.stringify(pending.input, null, 2);
+  const reason = el("input", { class: "reason", placeholder: "reason (for a denial)" });
+  const error = el("p", { class: "error", role: "alert" });
+  const approve = el("button", { type: "button", class: "approve", text: "Approve" });
+  const deny = el("button", { type: "button", class: "deny danger", text: "Deny" });
+  approve.onclick = () => {
+    let edited;
+    try { edited = JSON.parse(input.value); } catch (e) { error.textContent = `Not valid JSON: ${e.message}`; return; }
+    const body = { tool_use_id: pending.tool_use_id };
+    if (JSON.stringify(edited) !== JSON.stringify(pending.input)) body.input = edited;
+    decide(view, "approve", body, error);
+  };
+  deny.onclick = () => decide(view, "deny", { tool_use_id: pending.tool_use_id, reason: reason.value || null }, error);
+  return el("div", { class: "approval", "data-tool-use-id": pending.tool_use_id },
+    el("h3", { text: `Approval needed: ${pending.name}` }),
+    el("label", { text: "Input (edit before approving if needed)" }), input,
+    el("div", { class: "row" }, approve, reason, deny), error);
+}
+
+async function decide(view, action, body, errorNode) {
+  try {
+    const status = await api(`/v1/sessions/${encodeURIComponent(view.id)}/${action}`, { method: "POST", body });
+    errorNode.textContent = "";
+    if (view === current) { view.pendingKey = null; renderStatus(view, status); }
+  } catch (error) {
+    errorNode.textContent = error.message;
+  }
+}
+
+async function control(action, body) {
+  const view = current;
+  try {
+    const status = await api(`/v1/sessions/${encodeURIComponent(view.id)}/${action}`, { method: "POST", body });
+    $("#session-error").textContent = "";
+    if (view === current) renderStatus(view, status);
+  } catch (error) {
+    $("#session-error").textContent = error.message;
+  }
+}
+
+// ---- routing -------------------------------------------------------------------------
+
+function route() {
+  const match = location.hash.match(/^#\/s\/(.+)$/);
+  clearInterval(listTimer);
+  $("#list-view").hidden = Boolean(match);
+  $("#session-view").hidden = !match;
+  if (match) {
+    openSession(decodeURIComponent(match[1]));
+  } else {
+    closeSession();
+    refreshList();
+    listTimer = setInterval(refreshList, 3000);
+  }
+}
+
+async function init() {
+  try {
+    me = await api("/v1/me");
+    $("#me").textContent = `${me.user}${me.operator ? " (operator)" : ""}`;
+  } catch (error) {
+    $("#me").textContent = error.message;
+  }
+  $("#start-form").addEventListener("submit", startSession);
+  $("#status-filter").addEventListener("change", refreshList);
+  $("#pause").onclick = () => control("pause");
+  $("#resume").onclick = () => control("resume");
+  $("#cancel").onclick = () => {
+    const reason = prompt("Cancel this session? Reason (optional):");
+    if (reason !== null) control("cancel", { reason: reason || null });
+  };
+  $("#message-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const text = $("#message").value;
+    if (text.trim()) control("messages", { text }).then(() => { $("#message").value = ""; });
+  });
+  $("#close-chat").onclick = () => control("close");
+  window.addEventListener("hashchange", route);
+  route();
+}
+
+init();
