@@ -14,23 +14,19 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import ValidationError
 
-from plumbing import render, sessions
+from temporalio.exceptions import ApplicationError
+
+from activities.definitions import DefinitionError, load_definitions
+from activities.providers import split
+from plumbing import agents, render, sessions
 from plumbing.connection import task_queue
 from plumbing.errors import InvalidInput
 from service import schemas
 from service.auth import User, current_user
 from service.ownership import Owners
 from workflows.agent import AgentWorkflow
-from workflows.pricing import PRICES, price_for
-from workflows.types import (
-    DEFAULT_MODEL,
-    CancelRequest,
-    Decision,
-    Limits,
-    SessionInput,
-    SessionStatus,
-    UserMessage,
-)
+from workflows.pricing import PRICES
+from workflows.types import CancelRequest, Decision, SessionInput, SessionStatus, UserMessage
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 Caller = Annotated[User, Depends(current_user)]
@@ -66,24 +62,33 @@ async def start_session(body: schemas.StartSession, user: Caller, owned: Owned) 
 
 
 async def _session_input(body: schemas.StartSession, user: User, owned: Owners) -> SessionInput:
-    model = body.model or DEFAULT_MODEL
-    price = price_for(model)
-    if body.cost_budget is not None and price is None:
-        raise InvalidInput(f"no prices for model {model!r}, so a cost budget cannot be kept; "
-                           f"models with prices: {', '.join(sorted(PRICES))}")  # fmt: skip
+    """The start input, resolved like the command line's: the agent's settings, then the body's."""
     limits = {"max_steps": body.max_steps, "token_budget": body.token_budget,
               "cost_budget_usd": body.cost_budget, "timeout_seconds": body.timeout}  # fmt: skip
+    fields = {
+        "user_id": user.name, "model": body.model, "system": body.system, "chat": body.chat or None,
+        "search_attributes": await owned.has_search_attributes(),
+    }  # fmt: skip
     try:
-        return SessionInput(
-            goal=body.goal, user_id=user.name, model=model, price=price, chat=body.chat,
-            limits=Limits(**{k: v for k, v in limits.items() if v is not None}),
-            search_attributes=await owned.has_search_attributes(),
-            **({"system": body.system} if body.system is not None else {}),
-        )  # fmt: skip
+        if body.model is not None:
+            split(body.model)
+        definitions = load_definitions()
+        agent = agents.chosen_agent(definitions, body.agent)
+        session_input = agents.session_input(
+            definitions, agent, goal=body.goal, limits={k: v for k, v in limits.items() if v is not None}, fields=fields
+        )
+    except ApplicationError as err:  # an unknown model provider
+        raise InvalidInput(err.message) from None
+    except DefinitionError as err:
+        raise InvalidInput(str(err)) from None
     except ValidationError as err:
         raise InvalidInput(
             "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
         ) from None
+    if session_input.limits.cost_budget_usd is not None and session_input.price is None:
+        raise InvalidInput(f"no prices for model {session_input.model!r}, so a cost budget cannot be kept; "
+                           f"models with prices: {', '.join(sorted(PRICES))}")  # fmt: skip
+    return session_input
 
 
 @router.get("", responses=ERRORS)
@@ -122,18 +127,26 @@ async def _steer(
     return await sessions.status(owned.client, session_id)
 
 
+async def _decide(owned: Owners, user: User, session_id: str, update: Callable[..., Any], decision: Decision) -> SessionStatus:
+    """A decision on a call of this session or of one of its sub-agents (shown in its status)."""
+    await owned.check(user, session_id)
+    owner = await sessions.owner_of_call(owned.client, session_id, decision.tool_use_id)
+    await sessions.act(owned.client, owner, update, decision)
+    return await sessions.status(owned.client, session_id)
+
+
 @router.post("/{session_id}/approve", responses=EDIT_REFUSED)
 async def approve(session_id: str, body: schemas.Approve, user: Caller, owned: Owned) -> SessionStatus:
     """Approve a waiting tool call, optionally with an edited input."""
     decision = Decision(tool_use_id=body.tool_use_id, input=body.input, decided_by=user.name)
-    return await _steer(owned, user, session_id, AgentWorkflow.approve_call, decision)
+    return await _decide(owned, user, session_id, AgentWorkflow.approve_call, decision)
 
 
 @router.post("/{session_id}/deny", responses=CONFLICT)
 async def deny(session_id: str, body: schemas.Deny, user: Caller, owned: Owned) -> SessionStatus:
     """Deny a waiting tool call; the model is told the reason."""
     decision = Decision(tool_use_id=body.tool_use_id, reason=body.reason, decided_by=user.name)
-    return await _steer(owned, user, session_id, AgentWorkflow.deny_call, decision)
+    return await _decide(owned, user, session_id, AgentWorkflow.deny_call, decision)
 
 
 @router.post("/{session_id}/pause", responses=CONFLICT)
