@@ -104,7 +104,9 @@ class McpActivities:
         specs: dict[str, ToolSpec] = {}
         for tool in tools:
             if not USABLE_NAME.match(full_name(server, tool.name)):
-                activity.logger.warning("MCP server %s: tool %r has no name a model accepts; left out", server, tool.name)
+                activity.logger.warning(
+                    "MCP server %s: tool %r has no name a model accepts; left out", server, tool.name
+                )
                 continue
             spec = to_spec(server, tool, config)
             specs[spec.name] = spec
@@ -150,11 +152,7 @@ class McpActivities:
         except ApplicationError:
             raise
         except ValidationError as err:
-            raise ApplicationError(
-                f"MCP server {server} sent an answer to {what} that is not valid MCP: {_errors.one_line(err)}",
-                type=_errors.ERROR_ANSWER,
-                non_retryable=True,
-            ) from err
+            raise _errors.invalid_answer(server, what, err) from err
         except Exception as err:  # a transport failure: the next call starts a new connection
             conn.mark_lost()
             raise _errors.lost(server, what, err) from err
@@ -180,7 +178,9 @@ async def _list_all(client: Client) -> list[Tool]:
         cursor = page.next_cursor
         if cursor is None:
             return tools
-    raise ApplicationError(f"the tool listing went on for more than {MAX_LIST_PAGES} pages", non_retryable=True)
+    raise ApplicationError(
+        f"the tool listing went on for more than {MAX_LIST_PAGES} pages", non_retryable=True
+    )
 
 
 async def _heartbeat_forever() -> None:

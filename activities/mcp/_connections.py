@@ -16,7 +16,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Self
 
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -63,11 +63,11 @@ class _WatchedStream:
             self._on_end()
             raise
 
-    async def __aenter__(self) -> _WatchedStream:
+    async def __aenter__(self) -> Self:
         await self._inner.__aenter__()
         return self
 
-    async def __aexit__(self, *exc: Any) -> bool | None:
+    async def __aexit__(self, *exc: object) -> bool | None:
         return await self._inner.__aexit__(*exc)
 
     def __getattr__(self, name: str) -> Any:
@@ -141,8 +141,11 @@ class Connection:
             self._owner.cancel()
         try:
             await asyncio.wait_for(asyncio.shield(self._owner), CLOSE_TIMEOUT_S)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
+        except TimeoutError:
             logger.warning("MCP server %s did not shut down within %s s", self.name, CLOSE_TIMEOUT_S)
+        except asyncio.CancelledError:
+            if not self._owner.cancelled():  # the caller's own cancellation
+                raise
 
 
 class Connections:

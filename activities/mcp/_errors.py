@@ -63,3 +63,12 @@ def classify(server: str, what: str, seconds: float, err: MCPError) -> Applicati
         err.code,
         type=ERROR_ANSWER,
     )
+
+
+def invalid_answer(server: str, what: str, err: BaseException) -> ApplicationError:
+    # The same request gets the same malformed answer: retrying only costs time.
+    return ApplicationError(
+        f"MCP server {server} sent an answer to {what} that is not valid MCP: {one_line(err)}",
+        type=ERROR_ANSWER,
+        non_retryable=True,
+    )
