@@ -47,10 +47,12 @@ class McpActivities:
     @activity.defn(name="list_mcp_tools")
     async def list_mcp_tools(self, servers: list[str]) -> list[ToolSpec]:
         """The tools of the named servers, as `SERVER__TOOL` specs, in the order given."""
-        specs: list[ToolSpec] = []
-        for server in servers:
-            specs.extend((await self._list(server)).values())
-        return specs
+        # Side by side: the listing takes as long as the slowest server, not their sum.
+        listed = await asyncio.gather(*(self._list(s) for s in servers), return_exceptions=True)
+        for result in listed:
+            if isinstance(result, BaseException):
+                raise result
+        return [spec for specs in listed for spec in specs.values()]  # type: ignore[union-attr]
 
     @activity.defn(name="check_mcp_input")
     async def check_mcp_input(self, request: ToolRequest) -> str | None:
@@ -64,21 +66,23 @@ class McpActivities:
     async def call_mcp_tool(self, request: ToolRequest) -> ToolOutcome:
         """Call one MCP tool; its errors become an is_error outcome, a failed server raises."""
         started = time.monotonic()
-        found = await self._spec(request.name)
-        problem = found if isinstance(found, str) else input_error(found, request.input)
-        if problem is not None:
-            return finish_outcome(
-                self._store, problem, is_error=True, max_output=request.max_output, started=started
-            )
-        assert isinstance(found, ToolSpec)
+        # From the start: starting a stdio server and listing its tools may come first.
         beat = asyncio.create_task(_heartbeat_forever())
         try:
-            content, is_error = await self._call(found, request)
+            content, is_error = await self._checked_call(request)
         finally:
             beat.cancel()
         return finish_outcome(
             self._store, content, is_error=is_error, max_output=request.max_output, started=started
         )
+
+    async def _checked_call(self, request: ToolRequest) -> tuple[str, bool]:
+        found = await self._spec(request.name)
+        problem = found if isinstance(found, str) else input_error(found, request.input)
+        if problem is not None:
+            return problem, True
+        assert isinstance(found, ToolSpec)
+        return await self._call(found, request)
 
     async def _call(self, spec: ToolSpec, request: ToolRequest) -> tuple[str, bool]:
         server, tool = split_name(spec.name)
