@@ -4,25 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from mcp import Client, MCPError
-from mcp.types import Tool
-from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.data import data_dir
 from activities.definitions import McpServer
 from activities.mcp import _errors
-from activities.mcp._connections import Connection, Connections
 from activities.mcp._convert import USABLE_NAME, full_name, input_error, result_text, split_name, to_spec
 from activities.tools import HEARTBEAT_EVERY_S, finish_outcome
 from activities.transcript import TranscriptStore
 from activities.types import ToolOutcome, ToolRequest, ToolSpec
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from mcp import Client
+    from mcp.types import Tool
+
 # A server whose listing never ends must not hold the activity until its timeout.
 MAX_LIST_PAGES = 100
 
@@ -33,6 +32,10 @@ class McpActivities:
     def __init__(self, servers: dict[str, McpServer], store: TranscriptStore | None = None):
         self._servers = dict(servers)
         self._store = store or TranscriptStore(data_dir() / "transcripts")
+        # Imported here: the MCP SDK takes over a second to import, and the workflow
+        # (so the command line too) imports this module for the activity references.
+        from activities.mcp._connections import Connections
+
         self._connections = Connections(self._servers)
         # Per server, its tools as last listed by this worker: the schema a check needs.
         self._specs: dict[str, dict[str, ToolSpec]] = {}
@@ -140,37 +143,9 @@ class McpActivities:
                 type=_errors.UNAVAILABLE,
             ) from None
 
-    async def _request(self, server: str, what: str, op: Callable[[Client], Awaitable[T]]) -> T:
-        """Run `op` on the server's client within its timeout; failures as `ApplicationError`."""
-        seconds = self._config(server).timeout_seconds
-        conn = await self._connect(server, seconds)
-        try:
-            async with asyncio.timeout(seconds):
-                return await op(await conn.client())
-        except MCPError as err:
-            if err.code == _errors.CONNECTION_CLOSED:
-                conn.mark_lost()
-            raise _errors.classify(server, what, seconds, err) from err
-        except TimeoutError:
-            raise _errors.timed_out(server, what, seconds) from None
-        except ApplicationError:
-            raise
-        except ValidationError as err:
-            raise _errors.invalid_answer(server, what, err) from err
-        except Exception as err:  # a transport failure: the next call starts a new connection
-            conn.mark_lost()
-            raise _errors.lost(server, what, err) from err
-
-    async def _connect(self, server: str, seconds: float) -> Connection:
-        try:
-            conn, _ = await self._connections.get(server)
-        except asyncio.CancelledError:
-            raise
-        except TimeoutError:
-            raise _errors.unreachable(server, TimeoutError(f"no answer within {seconds:g} s")) from None
-        except Exception as err:
-            raise _errors.unreachable(server, err) from err
-        return conn
+    async def _request(self, server: str, what: str, op: Callable[[Client], Any]) -> Any:
+        self._config(server)
+        return await self._connections.request(server, what, op)
 
 
 async def _list_all(client: Client) -> list[Tool]:

@@ -14,17 +14,21 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from pydantic import ValidationError
+from temporalio.exceptions import ApplicationError
 
 from activities.definitions import McpServer
+from activities.mcp import _errors
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # A stdio server gets this long to exit after its stdin closes (then SIGTERM, SIGKILL:
 # the SDK bounds each step); shutdown never waits longer for one server.
@@ -156,21 +160,50 @@ class Connections:
         self._live: dict[str, Connection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
-    async def get(self, name: str) -> tuple[Connection, Client]:
-        """A usable connection to `name` and its client, connecting within the server's timeout."""
-        config = self._servers[name]
+    async def request(self, name: str, what: str, op: Callable[[Client], Awaitable[T]]) -> T:
+        """Run `op` on the server's client within its timeout; failures as `ApplicationError`."""
+        seconds = self._servers[name].timeout_seconds
+        conn = await self._connect(name, seconds)
+        try:
+            async with asyncio.timeout(seconds):
+                return await op(await conn.client())
+        except MCPError as err:
+            if err.code == _errors.CONNECTION_CLOSED:
+                conn.mark_lost()
+            raise _errors.classify(name, what, seconds, err, err.code) from err
+        except TimeoutError:
+            raise _errors.timed_out(name, what, seconds) from None
+        except ApplicationError:
+            raise
+        except ValidationError as err:
+            raise _errors.invalid_answer(name, what, err) from err
+        except Exception as err:  # a transport failure: the next call starts a new connection
+            conn.mark_lost()
+            raise _errors.lost(name, what, err) from err
+
+    async def _connect(self, name: str, seconds: float) -> Connection:
+        try:
+            return await self._get(name, seconds)
+        except TimeoutError:
+            raise _errors.unreachable(name, TimeoutError(f"no answer within {seconds:g} s")) from None
+        except Exception as err:
+            raise _errors.unreachable(name, err) from err
+
+    async def _get(self, name: str, seconds: float) -> Connection:
+        """A usable connection to `name`, connected within the server's timeout."""
         async with self._locks.setdefault(name, asyncio.Lock()):
             conn = self._live.get(name)
             if conn is None or not conn.usable:
                 if conn is not None:
                     await conn.close()
-                conn = self._live[name] = Connection(name, config)
+                conn = self._live[name] = Connection(name, self._servers[name])
             try:
-                return conn, await asyncio.wait_for(conn.client(), config.timeout_seconds)
+                await asyncio.wait_for(conn.client(), seconds)
             except BaseException:
                 self._live.pop(name, None)
                 await conn.close()
                 raise
+            return conn
 
     async def aclose(self) -> None:
         """End every connection: stdio servers exit, HTTP clients close."""

@@ -1,31 +1,24 @@
 """MCP's types converted at the edge: a listed tool becomes a `ToolSpec`, a call's result
 becomes text, and an input is checked against the tool's JSON Schema.
 
-Nothing of the MCP SDK's own classes reaches history: only `ToolSpec` and strings.
+Nothing of the MCP SDK's own classes reaches history: only `ToolSpec` and strings. Parts
+of a result are told apart by their `type`, as MCP spells them on the wire.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from mcp.types import (
-    AudioContent,
-    BlobResourceContents,
-    CallToolResult,
-    EmbeddedResource,
-    ImageContent,
-    ResourceLink,
-    TextContent,
-    TextResourceContents,
-    Tool,
-)
 
 from activities.definitions import McpServer
 from activities.types import ToolPolicy, ToolSpec
+
+if TYPE_CHECKING:  # the SDK is imported by the worker only (see _errors)
+    from mcp.types import CallToolResult, Tool
 
 SEPARATOR = "__"
 # What every model provider accepts as a tool name (OpenAI's limit is the shortest).
@@ -95,21 +88,20 @@ def _sized(kind: str, data: str, mime: str | None = None) -> str:
 
 
 def _part_text(part: Any) -> str:
-    if isinstance(part, TextContent):
+    kind = getattr(part, "type", "unknown")
+    if kind == "text":
         return part.text
-    if isinstance(part, ImageContent):
-        return _sized("image", part.data, part.mime_type)
-    if isinstance(part, AudioContent):
-        return _sized("audio", part.data, part.mime_type)
-    if isinstance(part, ResourceLink):
+    if kind in ("image", "audio"):
+        return _sized(kind, part.data, part.mime_type)
+    if kind == "resource_link":
         return f"[resource link {part.uri}: {part.name}]"
-    if isinstance(part, EmbeddedResource):
+    if kind == "resource":
         resource = part.resource
-        if isinstance(resource, TextResourceContents):
-            return resource.text
-        if isinstance(resource, BlobResourceContents):
-            return _sized(f"resource {resource.uri}", resource.blob, resource.mime_type)
-    return f"[{getattr(part, 'type', 'unknown')} content]"
+        text = getattr(resource, "text", None)
+        if text is not None:
+            return text
+        return _sized(f"resource {resource.uri}", getattr(resource, "blob", ""), resource.mime_type)
+    return f"[{kind} content]"
 
 
 def result_text(result: CallToolResult) -> str:

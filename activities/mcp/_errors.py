@@ -9,15 +9,15 @@ the model's to handle: it becomes an error result, not an exception.
 
 from __future__ import annotations
 
-from mcp import MCPError
-from mcp.types import (
-    CONNECTION_CLOSED,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    REQUEST_TIMEOUT,
-)
 from temporalio.exceptions import ApplicationError
+
+# JSON-RPC's codes and the MCP SDK's own two, spelled here so that importing this package
+# does not import the SDK (over a second): the workflow imports it for activity references.
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+CONNECTION_CLOSED = -32000
+REQUEST_TIMEOUT = -32001
 
 # The call was never sent: nothing happened on the server.
 UNAVAILABLE = "McpServerUnavailable"
@@ -52,15 +52,15 @@ def lost(server: str, what: str, err: BaseException) -> ApplicationError:
     )
 
 
-def classify(server: str, what: str, seconds: float, err: MCPError) -> ApplicationError:
-    """A JSON-RPC error from the client: the connection's, a timeout, or the server's answer."""
-    if err.code == CONNECTION_CLOSED:
+def classify(server: str, what: str, seconds: float, err: Exception, code: int) -> ApplicationError:
+    """An `MCPError` from the client: the connection's, a timeout, or the server's answer."""
+    if code == CONNECTION_CLOSED:
         return lost(server, what, err)
-    if err.code == REQUEST_TIMEOUT:
+    if code == REQUEST_TIMEOUT:
         return timed_out(server, what, seconds)
     return ApplicationError(
-        f"MCP server {server} answered {what} with error {err.code}: {one_line(err)}",
-        err.code,
+        f"MCP server {server} answered {what} with error {code}: {one_line(err)}",
+        code,
         type=ERROR_ANSWER,
     )
 

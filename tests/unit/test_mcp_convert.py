@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import subprocess
+import sys
 
 import pytest
 from mcp.types import (
@@ -97,3 +99,11 @@ def test_result_text_describes_what_is_not_text() -> None:
 
 def test_structured_content_alone_is_json() -> None:
     assert result_text(CallToolResult(content=[], structured_content={"n": 1})) == '{"n": 1}'
+
+
+def test_importing_the_activities_leaves_the_sdk_to_the_worker() -> None:
+    # The workflow, and so every command of client.py, imports activities.mcp for the
+    # activity references; the SDK costs over a second and is needed only to connect.
+    code = "import sys, activities.mcp; print(sorted(m for m in ('mcp', 'mcp_types') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
