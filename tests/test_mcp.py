@@ -335,3 +335,20 @@ async def test_a_cancelled_call_ends_at_once_and_the_server_stays(both: McpActiv
         await call
     assert time.monotonic() - started < 1
     assert await server_pid(both, "local") == pid
+
+
+async def test_listing_heartbeats_while_a_slow_server_starts(tmp_path: Path) -> None:
+    slow_start = (
+        "import sys, time, runpy; time.sleep(2.5); sys.argv = ['mcp_servers', '--stdio'];"
+        " runpy.run_module('tests.support.mcp_servers', run_name='__main__')"
+    )
+    acts, _ = make(tmp_path, sleepy=McpServer(command=[sys.executable, "-c", slow_start], env=ENV))
+    env = ActivityEnvironment()
+    beats: list[tuple] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    try:
+        specs = await env.run(acts.list_mcp_tools, ["sleepy"])
+        assert "sleepy__greet" in {s.name for s in specs}
+        assert len(beats) >= 2
+    finally:
+        await acts.aclose()

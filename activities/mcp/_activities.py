@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
@@ -51,7 +52,8 @@ class McpActivities:
     async def list_mcp_tools(self, servers: list[str]) -> list[ToolSpec]:
         """The tools of the named servers, as `SERVER__TOOL` specs, in the order given."""
         # Side by side: the listing takes as long as the slowest server, not their sum.
-        listed = await asyncio.gather(*(self._list(s) for s in servers), return_exceptions=True)
+        async with _heartbeating():
+            listed = await asyncio.gather(*(self._list(s) for s in servers), return_exceptions=True)
         for result in listed:
             if isinstance(result, BaseException):
                 raise result
@@ -60,7 +62,8 @@ class McpActivities:
     @activity.defn(name="check_mcp_input")
     async def check_mcp_input(self, request: ToolRequest) -> str | None:
         """Validate a call's input against the tool's schema without calling it; the error, or None."""
-        found = await self._spec(request.name)
+        async with _heartbeating():
+            found = await self._spec(request.name)
         if isinstance(found, str):
             return found
         return input_error(found, request.input)
@@ -70,11 +73,8 @@ class McpActivities:
         """Call one MCP tool; its errors become an is_error outcome, a failed server raises."""
         started = time.monotonic()
         # From the start: starting a stdio server and listing its tools may come first.
-        beat = asyncio.create_task(_heartbeat_forever())
-        try:
+        async with _heartbeating():
             content, is_error = await self._checked_call(request)
-        finally:
-            beat.cancel()
         return finish_outcome(
             self._store, content, is_error=is_error, max_output=request.max_output, started=started
         )
@@ -160,6 +160,16 @@ async def _list_all(client: Client) -> list[Tool]:
     raise ApplicationError(
         f"the tool listing went on for more than {MAX_LIST_PAGES} pages", non_retryable=True
     )
+
+
+@contextlib.asynccontextmanager
+async def _heartbeating() -> AsyncIterator[None]:
+    """Heartbeat while the body runs, so a worker that dies is noticed by its heartbeat timeout."""
+    beat = asyncio.create_task(_heartbeat_forever())
+    try:
+        yield
+    finally:
+        beat.cancel()
 
 
 async def _heartbeat_forever() -> None:
