@@ -146,6 +146,24 @@ def truncate(text: str, limit: int) -> tuple[str, int]:
     return f"{text[:limit]}\n[truncated {cut} of {len(text)} characters; narrow the request]", cut
 
 
+def finish_outcome(
+    store: TranscriptStore, content: str, *, is_error: bool, max_output: int, started: float
+) -> ToolOutcome:
+    """A tool's text as history records it: UTF-8 safe, cut to `max_output`, stored when long."""
+    # Text decoded with surrogateescape (file names, subprocess output) cannot be
+    # encoded as UTF-8 for history: escape those characters, or the result never arrives.
+    content = content.encode("utf-8", "backslashreplace").decode("utf-8")
+    content, cut = truncate(content, max_output)
+    return ToolOutcome(
+        content=content,
+        # The next model call names a long output by reference: history holds it once.
+        content_ref=store.put_blob(content) if len(content) > INLINE_OUTPUT_CHARS else None,
+        is_error=is_error,
+        truncated_chars=cut,
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+
+
 class ToolActivities:
     """The activities that run a worker's tools."""
 
@@ -205,18 +223,7 @@ class ToolActivities:
             content, is_error = f"{type(err).__name__}: {err}", True
         finally:
             beat.cancel()
-        # Text decoded with surrogateescape (file names, subprocess output) cannot be
-        # encoded as UTF-8 for history: escape those characters, or the result never arrives.
-        content = content.encode("utf-8", "backslashreplace").decode("utf-8")
-        content, cut = truncate(content, request.max_output)
-        return ToolOutcome(
-            content=content,
-            # The next model call names a long output by reference: history holds it once.
-            content_ref=self._store.put_blob(content) if len(content) > INLINE_OUTPUT_CHARS else None,
-            is_error=is_error,
-            truncated_chars=cut,
-            duration_ms=int((time.monotonic() - started) * 1000),
-        )
+        return finish_outcome(self._store, content, is_error=is_error, max_output=request.max_output, started=started)
 
     def _unknown(self, name: str) -> str:
         return f"unknown tool {name!r}; available tools: {', '.join(sorted(self._tools))}"

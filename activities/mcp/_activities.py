@@ -1,0 +1,180 @@
+"""The MCP activities: list a session's MCP tools, check an input, call a tool."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.data import data_dir
+from activities.definitions import McpServer
+from activities.mcp import _errors
+from activities.mcp._convert import USABLE_NAME, full_name, input_error, result_text, split_name, to_spec
+from activities.tools import HEARTBEAT_EVERY_S, finish_outcome
+from activities.transcript import TranscriptStore
+from activities.types import ToolOutcome, ToolRequest, ToolSpec
+
+if TYPE_CHECKING:
+    from mcp import Client
+    from mcp.types import Tool
+
+# A server whose listing never ends must not hold the activity until its timeout.
+MAX_LIST_PAGES = 100
+
+
+class McpActivities:
+    """The activities that list and call the tools of the worker's MCP servers."""
+
+    def __init__(self, servers: dict[str, McpServer], store: TranscriptStore | None = None):
+        self._servers = dict(servers)
+        self._store = store or TranscriptStore(data_dir() / "transcripts")
+        # Imported here: the MCP SDK takes over a second to import, and the workflow
+        # (so the command line too) imports this module for the activity references.
+        from activities.mcp._connections import Connections
+
+        self._connections = Connections(self._servers)
+        # Per server, its tools as last listed by this worker: the schema a check needs.
+        self._specs: dict[str, dict[str, ToolSpec]] = {}
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self.list_mcp_tools, self.check_mcp_input, self.call_mcp_tool]
+
+    async def aclose(self) -> None:
+        """End the stdio servers this worker started and close the HTTP clients."""
+        await self._connections.aclose()
+
+    @activity.defn(name="list_mcp_tools")
+    async def list_mcp_tools(self, servers: list[str]) -> list[ToolSpec]:
+        """The tools of the named servers, as `SERVER__TOOL` specs, in the order given."""
+        # Side by side: the listing takes as long as the slowest server, not their sum.
+        async with _heartbeating():
+            listed = await asyncio.gather(*(self._list(s) for s in servers), return_exceptions=True)
+        for result in listed:
+            if isinstance(result, BaseException):
+                raise result
+        return [spec for specs in listed for spec in specs.values()]  # type: ignore[union-attr]
+
+    @activity.defn(name="check_mcp_input")
+    async def check_mcp_input(self, request: ToolRequest) -> str | None:
+        """Validate a call's input against the tool's schema without calling it; the error, or None."""
+        async with _heartbeating():
+            found = await self._spec(request.name)
+        if isinstance(found, str):
+            return found
+        return input_error(found, request.input)
+
+    @activity.defn(name="call_mcp_tool")
+    async def call_mcp_tool(self, request: ToolRequest) -> ToolOutcome:
+        """Call one MCP tool; its errors become an is_error outcome, a failed server raises."""
+        started = time.monotonic()
+        # From the start: starting a stdio server and listing its tools may come first.
+        async with _heartbeating():
+            content, is_error = await self._checked_call(request)
+        return finish_outcome(
+            self._store, content, is_error=is_error, max_output=request.max_output, started=started
+        )
+
+    async def _checked_call(self, request: ToolRequest) -> tuple[str, bool]:
+        found = await self._spec(request.name)
+        problem = found if isinstance(found, str) else input_error(found, request.input)
+        if problem is not None:
+            return problem, True
+        assert isinstance(found, ToolSpec)
+        return await self._call(found, request)
+
+    async def _call(self, spec: ToolSpec, request: ToolRequest) -> tuple[str, bool]:
+        server, tool = split_name(spec.name)
+        # The key is stable across retries and worker crashes: a server can dedupe by it.
+        meta = {
+            "idempotency_key": f"{request.session_id}:{request.tool_use_id}",
+            "session_id": request.session_id,
+            "user_id": request.user_id,
+        }
+        try:
+            result = await self._request(
+                server, f"the call to {tool}", lambda c: c.call_tool(tool, request.input, meta=meta)
+            )
+        except ApplicationError as err:
+            if err.type == _errors.ERROR_ANSWER and err.details and err.details[0] in _errors.REQUEST_ERRORS:
+                return err.message, True
+            raise
+        return result_text(result), result.is_error
+
+    async def _list(self, server: str) -> dict[str, ToolSpec]:
+        config = self._config(server)
+        tools = await self._request(server, "the tool listing", _list_all)
+        specs: dict[str, ToolSpec] = {}
+        for tool in tools:
+            if not USABLE_NAME.match(full_name(server, tool.name)):
+                activity.logger.warning(
+                    "MCP server %s: tool %r has no name a model accepts; left out", server, tool.name
+                )
+                continue
+            spec = to_spec(server, tool, config)
+            specs[spec.name] = spec
+        self._specs[server] = specs
+        return specs
+
+    async def _spec(self, name: str) -> ToolSpec | str:
+        """The spec of `name`, listing its server again when this worker has not seen it."""
+        try:
+            server, _ = split_name(name)
+        except ValueError as err:
+            return str(err)
+        known = self._specs.get(server)
+        if known is None or name not in known:
+            known = await self._list(server)
+        if name not in known:
+            return f"unknown tool {name!r}; MCP server {server} has: {', '.join(sorted(known)) or 'no tools'}"
+        return known[name]
+
+    def _config(self, server: str) -> McpServer:
+        try:
+            return self._servers[server]
+        except KeyError:
+            known = ", ".join(sorted(self._servers)) or "none"
+            raise ApplicationError(
+                f"no MCP server {server!r} in this worker's definitions; it has: {known}",
+                type=_errors.UNAVAILABLE,
+            ) from None
+
+    async def _request(self, server: str, what: str, op: Callable[[Client], Any]) -> Any:
+        self._config(server)
+        return await self._connections.request(server, what, op)
+
+
+async def _list_all(client: Client) -> list[Tool]:
+    tools: list[Tool] = []
+    cursor: str | None = None
+    for _ in range(MAX_LIST_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            return tools
+    raise ApplicationError(
+        f"the tool listing went on for more than {MAX_LIST_PAGES} pages", non_retryable=True
+    )
+
+
+@contextlib.asynccontextmanager
+async def _heartbeating() -> AsyncIterator[None]:
+    """Heartbeat while the body runs, so a worker that dies is noticed by its heartbeat timeout."""
+    beat = asyncio.create_task(_heartbeat_forever())
+    try:
+        yield
+    finally:
+        beat.cancel()
+
+
+async def _heartbeat_forever() -> None:
+    # First beat after one interval: a call that returns within it costs no heartbeat.
+    while True:
+        await asyncio.sleep(HEARTBEAT_EVERY_S)
+        if activity.in_activity() and not activity.info().is_local:
+            activity.heartbeat()
