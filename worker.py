@@ -30,6 +30,7 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.definitions import DefinitionError, Definitions, definitions_path, load_definitions
+from activities.mcp import McpActivities
 from activities.model import ModelActivities
 from activities.tools import Tool, ToolActivities
 from plumbing.connection import Unreachable, connect, task_queue
@@ -49,6 +50,7 @@ def build_worker(
     queue: str | None = None,
     model: ModelActivities | None = None,
     *,
+    mcp: McpActivities | None = None,
     sandboxed: bool | None = None,
     **options,
 ) -> Worker:
@@ -65,7 +67,11 @@ def build_worker(
         client,
         task_queue=queue or task_queue(),
         workflows=[AgentWorkflow],
-        activities=[(model or ModelActivities()).call_model, *ToolActivities(tools).activities()],
+        activities=[
+            (model or ModelActivities()).call_model,
+            *ToolActivities(tools).activities(),
+            *(mcp or McpActivities(load_definitions().mcp_servers)).activities(),
+        ],
         # A cancel reaches a heartbeating activity within about two seconds.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
         default_heartbeat_throttle_interval=timedelta(seconds=1),
@@ -93,16 +99,21 @@ async def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tools = load_tools(args.tools)
     try:
-        check_definitions(load_definitions(), tools)
+        definitions = load_definitions()
+        check_definitions(definitions, tools)
         client = await connect()
     except (Unreachable, DefinitionError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
-    worker = build_worker(client, tools, sandboxed=args.sandbox or None)
+    mcp = McpActivities(definitions.mcp_servers)
+    worker = build_worker(client, tools, mcp=mcp, sandboxed=args.sandbox or None)
     if not os.environ.get("ANTHROPIC_API_KEY"):
         logging.warning("ANTHROPIC_API_KEY is not set: model calls will fail until it is")
     logging.info("worker on task queue %s", task_queue())
-    await worker.run()
+    try:
+        await worker.run()
+    finally:
+        await mcp.aclose()  # ends the MCP servers it started
 
 
 if __name__ == "__main__":

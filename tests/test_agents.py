@@ -88,7 +88,7 @@ async def test_an_agent_from_agents_toml(harness: Harness):
     assert calls["n1"].approval == "auto" and calls["e1"].approval == "required"
     code, out, _ = await cli(harness, "agents", "--json")
     names = [json.loads(line)["name"] for line in out.splitlines()]
-    assert code == 0 and names == ["assistant", "researcher"]
+    assert code == 0 and names == ["assistant", "researcher", "note-keeper"]
 
 
 async def test_approval_rules_per_agent_and_tool(harness: Harness, tmp_path: Path):

@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.session import Finished, HandOver, Session, describe_failure, fmt_duration
     from workflows.state import SessionState
     from workflows.subagents import CHILD_APPROVALS, ChildApprovals, SubAgents, subagent_specs
-    from workflows.tool_calls import DESCRIBE_TOOLS_ATTEMPTS, ToolRunner, describe_tools, wait_while_paused
+    from workflows.tool_calls import DESCRIBE_TOOLS_ATTEMPTS, ToolRunner, describe_tools, list_mcp_tools, wait_while_paused
     from workflows.types import SessionHistory, SessionInput, SessionStatus
     from workflows.view import SessionView
 
@@ -96,7 +96,7 @@ class AgentWorkflow:
             return
         if not state.specs:
             try:
-                state.specs = await describe_tools(session) + subagent_specs(session)
+                state.specs = await describe_tools(session) + await list_mcp_tools(session) + subagent_specs(session)
             except (ActivityError, ApplicationError) as err:  # a local activity's failure may come bare
                 why = describe_failure(err, "listing the tools")
                 session.finish("failed", error=f"cannot start: {why} (after {DESCRIBE_TOOLS_ATTEMPTS} attempts)")

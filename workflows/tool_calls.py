@@ -18,10 +18,12 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.mcp import McpActivities
+    from activities.mcp._errors import UNAVAILABLE as MCP_SERVER_UNAVAILABLE
     from activities.tools import ToolActivities
     from activities.types import Message, ToolOutcome, ToolRequest, ToolResultBlock, ToolSpec, ToolUseBlock
     from workflows.events import ApprovalRequested, ToolCallEnded, ToolCallStarted
-    from workflows.session import HandOver, Session, describe_failure, short, was_cancelled
+    from workflows.session import HandOver, Session, describe_failure, error_type, short, was_cancelled
     from workflows.state import SETTLED
     from workflows.subagents import SubAgents
     from workflows.types import CallStatus, ToolCallRecord
@@ -100,12 +102,7 @@ class ToolRunner:
     async def _approval(self, call: ToolCallRecord) -> ToolResultBlock | None:
         """Validate the input, then wait for a person; the result if the call will not run."""
         if call.status != "waiting_approval":
-            problem = await workflow.execute_local_activity_method(
-                ToolActivities.check_tool_input,
-                self._request(call),
-                start_to_close_timeout=LOCAL_TIMEOUT,
-                summary=f"check the input of {call.name}",
-            )
+            problem = await self._check_input(call)
             if problem:
                 return self._close(call, "error", problem)
             call.status = "waiting_approval"
@@ -124,6 +121,31 @@ class ToolRunner:
         if call.status == "denied":
             return self._close(call, "denied", f"denied by a person: {call.reason or 'no reason given'}")
         return None
+
+    async def _check_input(self, call: ToolCallRecord) -> str | None:
+        """The input checked before anyone is asked: the error text, or None."""
+        spec = self.state.spec(call.name)
+        if spec is None or spec.subagent is not None:
+            return None
+        if spec.server is None:
+            return await workflow.execute_local_activity_method(
+                ToolActivities.check_tool_input,
+                self._request(call),
+                start_to_close_timeout=LOCAL_TIMEOUT,
+                summary=f"check the input of {call.name}",
+            )
+        try:
+            return await workflow.execute_activity_method(
+                McpActivities.check_mcp_input,
+                self._request(call),
+                start_to_close_timeout=_mcp_timeout(spec),
+                retry_policy=RETRY_IDEMPOTENT_TOOL,
+                summary=f"check the input of {call.name}",
+            )
+        except ActivityError as err:
+            if was_cancelled(err):
+                raise asyncio.CancelledError() from err
+            return f"the input of {call.name} could not be checked: {describe_failure(err, 'the check')}"
 
     def _approval_timer(self) -> timedelta:
         started = self.state.run_started_at or workflow.now()
@@ -181,6 +203,16 @@ class ToolRunner:
         return content
 
     async def _activity(self, spec: ToolSpec, request: ToolRequest, summary: str) -> ToolOutcome:
+        retry = RUN_ONCE if spec.policy == "at_most_once" else RETRY_IDEMPOTENT_TOOL
+        if spec.server is not None:
+            return await workflow.execute_activity_method(
+                McpActivities.call_mcp_tool,
+                request,
+                start_to_close_timeout=_mcp_timeout(spec),
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=retry,
+                summary=summary,
+            )
         if spec.local and spec.policy != "at_most_once":
             return await workflow.execute_local_activity_method(
                 ToolActivities.run_tool,
@@ -194,7 +226,7 @@ class ToolRunner:
             request,
             start_to_close_timeout=TOOL_START_TO_CLOSE,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
-            retry_policy=RUN_ONCE if spec.policy == "at_most_once" else RETRY_IDEMPOTENT_TOOL,
+            retry_policy=retry,
             summary=summary,
         )
 
@@ -220,7 +252,7 @@ class ToolRunner:
 def _failed(spec: ToolSpec, err: ActivityError) -> tuple[CallStatus, str]:
     """The status and result of a call whose activity failed (a crash, a timeout)."""
     why = describe_failure(err, "tool call")
-    if spec.policy == "at_most_once":
+    if spec.policy == "at_most_once" and error_type(err) != MCP_SERVER_UNAVAILABLE:
         # It was started once and may have done its work before it was interrupted.
         return "unknown", f"outcome unknown: the call was interrupted ({why}); it may have taken effect, and it will not be run again"
     return "error", f"tool call failed: {why}"
@@ -231,6 +263,27 @@ async def wait_while_paused(session: Session) -> None:
     state = session.state
     if state.paused:
         await workflow.wait_condition(lambda: not state.paused)
+
+
+def _mcp_timeout(spec: ToolSpec) -> timedelta:
+    # Connecting (a stdio server starting) and calling are each bounded by the server's
+    # timeout inside the activity; this bounds the attempt as a whole.
+    return timedelta(seconds=2 * (spec.timeout_seconds or 30) + 30)
+
+
+async def list_mcp_tools(session: Session) -> list[ToolSpec]:
+    """The tools of the agent's MCP servers, as `SERVER__TOOL` specs (recorded with the rest)."""
+    agent = session.input.agent
+    if agent is None or not agent.mcp_servers:
+        return []
+    return await workflow.execute_activity_method(
+        McpActivities.list_mcp_tools,
+        agent.mcp_servers,
+        start_to_close_timeout=TOOL_START_TO_CLOSE,
+        heartbeat_timeout=HEARTBEAT_TIMEOUT,
+        retry_policy=DESCRIBE_TOOLS_RETRY,
+        summary=f"list the tools of {', '.join(agent.mcp_servers)}",
+    )
 
 
 async def describe_tools(session: Session) -> list[ToolSpec]:

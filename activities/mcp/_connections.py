@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Self, TypeVar
@@ -84,7 +85,8 @@ def _transport(config: McpServer) -> AbstractAsyncContextManager[Any]:
         return streamable_http_client(config.url)
     assert config.command is not None
     params = StdioServerParameters(
-        command=config.command[0],
+        # "python" is the worker's own interpreter (its virtual environment), not the PATH's.
+        command=sys.executable if config.command[0] == "python" else config.command[0],
         args=config.command[1:],
         # The SDK passes a stdio server only PATH, HOME and a few more; a server written
         # for this deployment expects the worker's environment, plus its own settings.
