@@ -24,9 +24,8 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
 from activities.context import Fitted, estimate_tokens, fit, summary_request
-from activities.data import data_dir
 from activities.errors import MODEL_TERMINAL, PROMPT_TOO_LONG, TRANSCRIPT_MISSING, IncompleteResponse, classify
-from activities.transcript import TranscriptMissing, TranscriptStore
+from activities.transcript import TranscriptMissing, TranscriptStore, open_store
 from activities.types import Message, ModelReply, ModelRequest, ToolSpec, Usage, tool_specs_text
 
 HEARTBEAT_EVERY_S = 1.0
@@ -67,7 +66,7 @@ def _with_history_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, A
 
 class ModelActivities:
     def __init__(self, store: TranscriptStore | None = None, client: anthropic.AsyncAnthropic | None = None):
-        self._store = store or TranscriptStore(data_dir() / "transcripts")
+        self._store = store or open_store()
         self._client = client
         self._specs: dict[str, list[ToolSpec]] = {}  # tool specs by their hash: read once
 
@@ -87,12 +86,12 @@ class ModelActivities:
     async def call_model(self, request: ModelRequest) -> ModelReply:
         """Call the model with the session's transcript plus the new messages."""
         try:
-            base = self._store.load(request.transcript_ref)
+            base = await self._store.load(request.transcript_ref)
         except TranscriptMissing as err:
             raise ApplicationError(str(err), type=TRANSCRIPT_MISSING, non_retryable=True) from err
         try:
-            new = [self._store.resolve(m.model_dump(mode="json", exclude_none=True)) for m in request.new_messages]
-            request = self._with_tools(request)
+            new = [await self._store.resolve(m.model_dump(mode="json", exclude_none=True)) for m in request.new_messages]
+            request = await self._with_tools(request)
         except TranscriptMissing as err:
             raise ApplicationError(str(err), type=TRANSCRIPT_MISSING, non_retryable=True) from err
         messages = base + new
@@ -136,7 +135,7 @@ class ModelActivities:
         )
         dumped = message.model_dump(mode="json", exclude_none=True)
         # One segment per call: the new messages and the reply (one file, one cache entry).
-        ref = self._store.extend(request.transcript_ref, [*new, dumped], messages + [dumped])
+        ref = await self._store.extend(request.transcript_ref, [*new, dumped], messages + [dumped])
         return ModelReply(
             message=message,
             stop_reason=final.stop_reason,
@@ -148,14 +147,14 @@ class ModelActivities:
             context_dropped=len(fitted.dropped),
         )
 
-    def _with_tools(self, request: ModelRequest) -> ModelRequest:
+    async def _with_tools(self, request: ModelRequest) -> ModelRequest:
         """The request with its tool specs, stored the first time and read back after."""
         if request.tools is not None:
-            self._store.put_blob(tool_specs_text(request.tools)[0])
+            await self._store.put_blob(tool_specs_text(request.tools)[0])
             return request
         specs = self._specs.get(request.tools_ref)
         if specs is None:
-            specs = [ToolSpec.model_validate(t) for t in json.loads(self._store.get_blob(request.tools_ref))]
+            specs = [ToolSpec.model_validate(t) for t in json.loads(await self._store.get_blob(request.tools_ref))]
             if len(self._specs) >= 64:
                 self._specs.clear()
             self._specs[request.tools_ref] = specs
@@ -191,7 +190,7 @@ class ModelActivities:
 
     async def _summary(self, request: ModelRequest, dropped: list[dict[str, Any]], budget: int) -> str:
         key = hashlib.sha256(json.dumps(dropped, sort_keys=True).encode()).hexdigest()
-        cached = self._store.note(key)
+        cached = await self._store.note(key)
         if cached is not None:
             return cached
         reply = await self._anthropic().messages.create(
@@ -201,7 +200,7 @@ class ModelActivities:
             extra_headers={**_session_headers(request), "x-agent-purpose": "summary"},
         )
         text = "".join(b.text for b in reply.content if b.type == "text").strip()
-        self._store.save_note(key, text)
+        await self._store.save_note(key, text)
         return text
 
     async def _stream(self, params: dict[str, Any], request: ModelRequest, attempt: int, started: float):

@@ -21,8 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from temporalio import activity
 
-from activities.data import data_dir
-from activities.transcript import TranscriptStore
+from activities.transcript import TranscriptStore, open_store
 from activities.types import ToolOutcome, ToolPolicy, ToolRequest, ToolSpec
 
 HEARTBEAT_EVERY_S = 1.0
@@ -150,7 +149,7 @@ class ToolActivities:
     """The activities that run a worker's tools."""
 
     def __init__(self, tools: Sequence[Tool], store: TranscriptStore | None = None):
-        self._store = store or TranscriptStore(data_dir() / "transcripts")
+        self._store = store or open_store()
         self._tools = {t.name: t for t in tools}
         if len(self._tools) != len(tools):
             raise ValueError("two tools share a name")
@@ -212,7 +211,7 @@ class ToolActivities:
         return ToolOutcome(
             content=content,
             # The next model call names a long output by reference: history holds it once.
-            content_ref=self._store.put_blob(content) if len(content) > INLINE_OUTPUT_CHARS else None,
+            content_ref=await self._store.put_blob(content) if len(content) > INLINE_OUTPUT_CHARS else None,
             is_error=is_error,
             truncated_chars=cut,
             duration_ms=int((time.monotonic() - started) * 1000),
