@@ -31,7 +31,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from plumbing import render
-from plumbing.connection import Unreachable, connect, task_queue
+from plumbing.connection import ConfigError, Unreachable, connect, task_queue
 from workflows import search
 from workflows.agent import AgentWorkflow
 from workflows.pricing import PRICES, price_for
@@ -457,6 +457,8 @@ async def run(argv: list[str]) -> int:
         client = await connect()
     except Unreachable as err:
         raise UserError(f"{err} (start it with: python devserver.py, or set TEMPORAL_ADDRESS)") from None
+    except ConfigError as err:
+        raise UserError(str(err)) from None
     return await COMMANDS[args.command](client, args)
 
 

@@ -31,7 +31,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.model import ModelActivities
 from activities.tools import Tool, ToolActivities
-from plumbing.connection import Unreachable, connect, task_queue
+from plumbing.connection import ConfigError, Unreachable, connect, task_queue
 from workflows.agent import AgentWorkflow
 
 DEFAULT_TOOLS = "activities.example_tools:TOOLS"
@@ -80,7 +80,7 @@ async def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         client = await connect()
-    except Unreachable as err:
+    except (Unreachable, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
     worker = build_worker(client, load_tools(args.tools), sandboxed=args.sandbox or None)
