@@ -15,7 +15,9 @@ import hmac
 import ipaddress
 import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 from google.protobuf import json_format
 from starlette.applications import Starlette
@@ -95,6 +97,17 @@ def configured_app(args: argparse.Namespace) -> Starlette:
     if token is None and not is_loopback(args.host):
         raise ConfigError(f"the codec endpoint on {args.host} (not loopback) needs a bearer token in {TOKEN_ENV}")
     return build_app(keyring, origins=args.origin or UI_ORIGINS, token=token)
+
+
+def spawn(port: int, log_file: Path, ui_port: int = 8233) -> subprocess.Popen:
+    """This module as a process on 127.0.0.1 for the dev server's UI on `ui_port`; end it by its PID."""
+    out = open(log_file, "ab")
+    origins = [arg for host in ("localhost", "127.0.0.1") for arg in ("--origin", f"http://{host}:{ui_port}")]
+    return subprocess.Popen(
+        [sys.executable, "-m", "plumbing.codec_server", "--port", str(port), *origins],
+        stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -77,6 +77,17 @@ def _identities(access_key: str, secret_key: str) -> dict:
     return {"identities": [{"name": "agent", "credentials": [{"accessKey": access_key, "secretKey": secret_key}], "actions": actions}]}
 
 
+def _credentials(config: Path) -> tuple[str, str]:
+    """The access key of an earlier start in this folder (so workers keep theirs), or a new one."""
+    if config.exists():
+        found = json.loads(config.read_text())["identities"][0]["credentials"][0]
+        return found["accessKey"], found["secretKey"]
+    access_key, secret_key = "agent-" + secrets.token_hex(6), secrets.token_urlsafe(24)
+    config.write_text(json.dumps(_identities(access_key, secret_key)))
+    config.chmod(0o600)
+    return access_key, secret_key
+
+
 def _args(folder: Path, s3_port: int, config: Path) -> list[str]:
     # Every component on its own free port: the defaults (8333, 9333, 8888, ...) may be taken.
     ports = {name: free_port() for name in ("master", "volume", "filer")}
@@ -99,9 +110,8 @@ def start(folder: Path, *, bucket: str = "agent-store", port: int | None = None,
     """Start `weed server -s3` with its data in `folder`, and create `bucket`."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "data").mkdir(exist_ok=True)
-    access_key, secret_key = "agent-" + secrets.token_hex(6), secrets.token_urlsafe(24)
     config = folder / "s3.json"
-    config.write_text(json.dumps(_identities(access_key, secret_key)))
+    access_key, secret_key = _credentials(config)
     port = port or free_port()
     log = open(folder / "weed.log", "ab")
     process = subprocess.Popen(
