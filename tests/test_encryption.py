@@ -64,7 +64,10 @@ async def chat_session(client: Client, fake_model: FakeModelServer) -> dict[str,
     ])  # fmt: skip
     async with worker_for(client, fake_model, queue):
         session = SessionInput(goal=marks["goal"], chat=True, limits=Limits(max_tool_output=1_000_000))
-        handle = await client.start_workflow(AgentWorkflow.run, session, id=session_id, task_queue=queue)
+        # The goal as the UI's summary too, as client.py starts a session.
+        handle = await client.start_workflow(
+            AgentWorkflow.run, session, id=session_id, task_queue=queue, static_summary=marks["goal"]
+        )
         await until_turns(handle, 1)
         await handle.execute_update("send_message", UserMessage(text=marks["message"]), result_type=int)
         await until_turns(handle, 2)

@@ -10,6 +10,7 @@ one host, and recovery time (kill to the model's next request for the session).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -65,23 +66,33 @@ class Hosts:
             host.close()
 
 
+class HostsHarness(ProcessHarness):
+    """Three hosts on one task queue, and one more host alone on a queue of its own."""
+
+    def __init__(self, client: Client, fake_model: FakeModelServer, hosts: Hosts, alone: Workers):
+        super().__init__(client, fake_model, hosts.workers[0])
+        self.hosts, self.alone = hosts, alone
+
+    async def close(self) -> None:
+        for handle in self.handles:
+            await end_if_running(handle)
+        self.hosts.close()
+        self.alone.close()
+
+
 @pytest_asyncio.fixture
-async def hosts(client: Client, dev_server, fake_model: FakeModelServer, s3_env, tmp_path: Path) -> AsyncIterator[ProcessHarness]:
-    queue = f"hosts-{tmp_path.name[-8:]}"
-    workers = [
-        Workers(address=dev_server.address, model_url=fake_model.url, data_dir=tmp_path / f"host-{n}",
-                log_dir=tmp_path / f"logs-{n}", task_queue=queue)
-        for n in range(3)
-    ]
-    harness = ProcessHarness(client, fake_model, workers[0])
-    harness.hosts = Hosts(workers)  # type: ignore[attr-defined]
+async def hosts(client: Client, dev_server, fake_model: FakeModelServer, s3_env, tmp_path: Path) -> AsyncIterator[HostsHarness]:
+    def host(name: str, queue: str | None) -> Workers:
+        return Workers(address=dev_server.address, model_url=fake_model.url, data_dir=tmp_path / name,
+                       log_dir=tmp_path / f"logs-{name}", task_queue=queue)
+
+    queue = f"hosts-{uuid.uuid4().hex[:8]}"
+    harness = HostsHarness(client, fake_model, Hosts([host(f"host-{n}", queue) for n in range(3)]), host("alone", None))
     try:
         yield harness
     finally:
-        for handle in harness.handles:
-            await end_if_running(handle)
-        harness.hosts.close()  # type: ignore[attr-defined]
-        print("\n".join(w.logs() for w in workers))
+        await harness.close()
+        print("\n".join(w.logs() for w in [*harness.hosts.workers, harness.alone]))
 
 
 def script(steps: int, kill_steps: set[int]) -> list[dict]:
@@ -125,8 +136,8 @@ async def breakdown(handle: WorkflowHandle) -> list[tuple[str, int]]:
     return [(EventType.Name(e.event_type)[11:], e.ByteSize()) async for e in handle.fetch_history_events()]
 
 
-async def run_moving_session(h: ProcessHarness, steps: int) -> None:
-    hosts: Hosts = h.hosts  # type: ignore[attr-defined]
+async def run_moving_session(h: HostsHarness, steps: int) -> None:
+    hosts = h.hosts
     kill_steps = {2, 2 * steps // 3}
     # Not waiting for each to poll: a task queue has several partitions and a poller shows
     # only on the one it polls; the session starts on whichever host is ready first.
@@ -135,12 +146,10 @@ async def run_moving_session(h: ProcessHarness, steps: int) -> None:
     limits = {**LIMITS, "max_steps": steps + 5}
     moving = await h.start(script(steps, kill_steps), goal="a long session", limits=limits)
     # The same session on one host, at the same time, for the history figures.
-    alone = Workers(address=h.workers.address, model_url=h.workers.model_url, data_dir=h.workers.data_dir.parent / "alone",
-                    log_dir=h.workers.log_dir.parent / "logs-alone")
-    hosts.workers.append(alone)
-    solo = await start_session(h.client, h.fake_model, alone.task_queue, script(steps, set()), goal="a long session", limits=limits)
+    solo = await start_session(h.client, h.fake_model, h.alone.task_queue, script(steps, set()),
+                               goal="a long session", limits=limits)
     h.handles.append(solo)
-    alone.start()
+    h.alone.start()
 
     recoveries = []
     for step in sorted(kill_steps):
@@ -158,7 +167,7 @@ async def run_moving_session(h: ProcessHarness, steps: int) -> None:
     # The 1 MB output reached the model whole after its reader moved host.
     after = h.requests(moving.id, 2)
     assert all(len(r["body"]["messages"][-1]["content"][0]["content"]) == MB for r in after), len(after)
-    readers = [d for d in (w.data_dir for w in hosts.workers[:3]) if list(d.rglob("store-cache/**/blobs/*/*"))]
+    readers = [d for d in (w.data_dir for w in hosts.workers) if list(d.rglob("store-cache/**/blobs/*/*"))]
     assert len(readers) >= 2, readers  # written on one host, read through the store on another
 
     total, activity, resends = await step_bytes(moving)
@@ -178,10 +187,10 @@ async def run_moving_session(h: ProcessHarness, steps: int) -> None:
           f"activity/step moved={activity / steps:.0f} one-host={solo_activity / steps:.0f} recoveries={recoveries}")
 
 
-async def test_a_session_moves_across_three_hosts(hosts: ProcessHarness):
+async def test_a_session_moves_across_three_hosts(hosts: HostsHarness):
     await run_moving_session(hosts, steps=12)
 
 
 @pytest.mark.slow
-async def test_a_sixty_step_session_moves_across_three_hosts(hosts: ProcessHarness):
+async def test_a_sixty_step_session_moves_across_three_hosts(hosts: HostsHarness):
     await run_moving_session(hosts, steps=60)
