@@ -20,9 +20,9 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from activities.providers import split
-
+from activities.config import ConfigError
 from activities.definitions import DefinitionError, Definitions, load_definitions
+from activities.providers import split
 from plumbing import agents, render, schedules, sessions
 from plumbing.fork import forked_input
 from plumbing.watch import watch as follow
@@ -464,6 +464,8 @@ async def run(argv: list[str]) -> int:
         client = await connect()
     except Unreachable as err:
         raise UserError(f"{err} (start it with: python devserver.py, or set TEMPORAL_ADDRESS)") from None
+    except ConfigError as err:
+        raise UserError(str(err)) from None
     return await COMMANDS[args.command](client, args)
 
 

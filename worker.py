@@ -33,7 +33,7 @@ from activities.definitions import DefinitionError, Definitions, definitions_pat
 from activities.mcp import McpActivities
 from activities.model import ModelActivities
 from activities.tools import Tool, ToolActivities
-from plumbing.connection import Unreachable, connect, task_queue
+from plumbing.connection import ConfigError, Unreachable, connect, task_queue
 from workflows.agent import AgentWorkflow
 
 DEFAULT_TOOLS = "activities.example_tools:TOOLS"
@@ -102,11 +102,11 @@ async def main() -> None:
         definitions = load_definitions()
         check_definitions(definitions, tools)
         client = await connect()
-    except (Unreachable, DefinitionError) as err:
+        mcp = McpActivities(definitions.mcp_servers)
+        worker = build_worker(client, tools, mcp=mcp, sandboxed=args.sandbox or None)
+    except (Unreachable, DefinitionError, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
-    mcp = McpActivities(definitions.mcp_servers)
-    worker = build_worker(client, tools, mcp=mcp, sandboxed=args.sandbox or None)
     if not os.environ.get("ANTHROPIC_API_KEY"):
         logging.warning("ANTHROPIC_API_KEY is not set: model calls will fail until it is")
     logging.info("worker on task queue %s", task_queue())

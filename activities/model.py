@@ -22,12 +22,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.context import Fitted, estimate_tokens, fit, summary_request
-from activities.data import data_dir
 from activities.deltas import Deltas
 from activities.errors import PROMPT_TOO_LONG, TRANSCRIPT_MISSING
 from activities.providers import ModelTurn, Provider, ProviderCall, resolve
 from activities.providers.anthropic import AnthropicProvider
-from activities.transcript import TranscriptMissing, TranscriptStore
+from activities.transcript import TranscriptMissing, TranscriptStore, open_store
 from activities.types import ModelReply, ModelRequest, ToolSpec, tool_specs_text
 
 HEARTBEAT_EVERY_S = 1.0
@@ -47,7 +46,7 @@ class ModelActivities:
         providers: Mapping[str, Provider] | None = None,
     ):
         """`providers` by name replace the worker's own (tests); `client` is Anthropic's."""
-        self._store = store or TranscriptStore(data_dir() / "transcripts")
+        self._store = store or open_store()
         self._providers = dict(providers or {})
         if client is not None:
             self._providers.setdefault("anthropic", AnthropicProvider(client=client))
@@ -57,7 +56,7 @@ class ModelActivities:
     async def call_model(self, request: ModelRequest) -> ModelReply:
         """Call the model with the session's transcript plus the new messages."""
         provider, model = resolve(request.model, self._providers)
-        request, base, new = self._load(request)
+        request, base, new = await self._load(request)
         attempt = activity.info().attempt
         started = time.monotonic()
         beat = asyncio.create_task(_heartbeat_forever())
@@ -70,7 +69,7 @@ class ModelActivities:
             raise provider.classify(err) from err
         finally:
             beat.cancel()
-        ref = self._record(request, new, base + new, turn)
+        ref = await self._record(request, new, base + new, turn)
         return ModelReply(
             message=turn.message,
             stop_reason=turn.stop_reason,
@@ -82,24 +81,24 @@ class ModelActivities:
             context_dropped=len(fitted.dropped),
         )
 
-    def _load(self, request: ModelRequest) -> tuple[ModelRequest, Messages, Messages]:
+    async def _load(self, request: ModelRequest) -> tuple[ModelRequest, Messages, Messages]:
         """The request with its tool specs, the stored transcript, and the new messages."""
         try:
-            base = self._store.load(request.transcript_ref)
-            new = [self._store.resolve(m.model_dump(mode="json", exclude_none=True)) for m in request.new_messages]
-            return self._with_tools(request), base, new
+            base = await self._store.load(request.transcript_ref)
+            new = [await self._store.resolve(m.model_dump(mode="json", exclude_none=True)) for m in request.new_messages]
+            return await self._with_tools(request), base, new
         except TranscriptMissing as err:
             # The workflow answers this by sending the whole transcript once.
             raise ApplicationError(str(err), type=TRANSCRIPT_MISSING, non_retryable=True) from err
 
-    def _with_tools(self, request: ModelRequest) -> ModelRequest:
+    async def _with_tools(self, request: ModelRequest) -> ModelRequest:
         """The request with its tool specs, stored the first time and read back after."""
         if request.tools is not None:
-            self._store.put_blob(tool_specs_text(request.tools)[0])
+            await self._store.put_blob(tool_specs_text(request.tools)[0])
             return request
         specs = self._specs.get(request.tools_ref)
         if specs is None:
-            specs = [ToolSpec.model_validate(t) for t in json.loads(self._store.get_blob(request.tools_ref))]
+            specs = [ToolSpec.model_validate(t) for t in json.loads(await self._store.get_blob(request.tools_ref))]
             if len(self._specs) >= 64:
                 self._specs.clear()
             self._specs[request.tools_ref] = specs
@@ -150,7 +149,7 @@ class ModelActivities:
     ) -> str:
         """A summary of the messages left out, made once per distinct run of them."""
         key = hashlib.sha256(json.dumps(dropped, sort_keys=True).encode()).hexdigest()
-        cached = self._store.note(key)
+        cached = await self._store.note(key)
         if cached is not None:
             return cached
         call = ProviderCall(
@@ -163,13 +162,13 @@ class ModelActivities:
             cache=False,
         )
         text = (await provider.complete(call)).message.text().strip()
-        self._store.save_note(key, text)
+        await self._store.save_note(key, text)
         return text
 
-    def _record(self, request: ModelRequest, new: Messages, messages: Messages, turn: ModelTurn) -> str:
+    async def _record(self, request: ModelRequest, new: Messages, messages: Messages, turn: ModelTurn) -> str:
         """The transcript's new reference: one segment per call, the new messages and the reply."""
         reply = turn.message.model_dump(mode="json", exclude_none=True)
-        return self._store.extend(request.transcript_ref, [*new, reply], messages + [reply])
+        return await self._store.extend(request.transcript_ref, [*new, reply], messages + [reply])
 
 
 def _call(request: ModelRequest, model: str, messages: Messages) -> ProviderCall:

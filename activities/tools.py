@@ -21,8 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from temporalio import activity
 
-from activities.data import data_dir
-from activities.transcript import TranscriptStore
+from activities.transcript import TranscriptStore, open_store
 from activities.types import ToolOutcome, ToolPolicy, ToolRequest, ToolSpec
 
 HEARTBEAT_EVERY_S = 1.0
@@ -146,7 +145,7 @@ def truncate(text: str, limit: int) -> tuple[str, int]:
     return f"{text[:limit]}\n[truncated {cut} of {len(text)} characters; narrow the request]", cut
 
 
-def finish_outcome(
+async def finish_outcome(
     store: TranscriptStore, content: str, *, is_error: bool, max_output: int, started: float
 ) -> ToolOutcome:
     """A tool's text as history records it: UTF-8 safe, cut to `max_output`, stored when long."""
@@ -157,7 +156,7 @@ def finish_outcome(
     return ToolOutcome(
         content=content,
         # The next model call names a long output by reference: history holds it once.
-        content_ref=store.put_blob(content) if len(content) > INLINE_OUTPUT_CHARS else None,
+        content_ref=await store.put_blob(content) if len(content) > INLINE_OUTPUT_CHARS else None,
         is_error=is_error,
         truncated_chars=cut,
         duration_ms=int((time.monotonic() - started) * 1000),
@@ -168,7 +167,7 @@ class ToolActivities:
     """The activities that run a worker's tools."""
 
     def __init__(self, tools: Sequence[Tool], store: TranscriptStore | None = None):
-        self._store = store or TranscriptStore(data_dir() / "transcripts")
+        self._store = store or open_store()
         self._tools = {t.name: t for t in tools}
         if len(self._tools) != len(tools):
             raise ValueError("two tools share a name")
@@ -223,7 +222,7 @@ class ToolActivities:
             content, is_error = f"{type(err).__name__}: {err}", True
         finally:
             beat.cancel()
-        return finish_outcome(self._store, content, is_error=is_error, max_output=request.max_output, started=started)
+        return await finish_outcome(self._store, content, is_error=is_error, max_output=request.max_output, started=started)
 
     def _unknown(self, name: str) -> str:
         return f"unknown tool {name!r}; available tools: {', '.join(sorted(self._tools))}"

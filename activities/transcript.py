@@ -2,25 +2,50 @@
 
 A transcript is a chain of segments: each segment names its parent and holds the
 messages added since. Its reference is the SHA-256 of both, so a reference always means
-the same messages, whichever worker wrote it. The embedded store is a folder under the
-data directory, shared by the workers of one machine. The workflow keeps every message
-it has seen, so a missing segment is never fatal: the model activity reports it and the
-workflow sends the whole transcript once instead.
+the same messages, whichever worker wrote it. Tool outputs too long for history and
+summaries live beside them. The store is a folder under the data directory, shared by
+the workers of one machine, or with `AGENT_STORE_URL=s3://BUCKET/PREFIX` an S3 bucket
+shared by every machine, read through a cache on local disk (activities/objects.py).
+With `AGENT_PAYLOAD_KEYS` set, every object is encrypted. The workflow keeps every
+message it has seen, so a missing segment is never fatal: the model activity reports it
+and the workflow sends the whole transcript once instead.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from activities.data import write_once
+from activities.data import data_dir
+from activities.keyring import Keyring, keyring_from_env
+from activities.objects import CachedObjects, LocalObjects, Objects, SealedObjects
 
 
 class TranscriptMissing(LookupError):
     pass
+
+
+def open_objects(url: str | None = None, keyring: Keyring | None = None) -> Objects:
+    """The objects of `AGENT_STORE_URL` (default: the data directory), sealed with `keyring`."""
+    objects: Objects
+    if url:
+        from activities.s3 import S3Objects, parse_url
+
+        location = parse_url(url)
+        cache = LocalObjects(data_dir() / "store-cache" / location.bucket / (location.prefix or "_"))
+        objects = CachedObjects(S3Objects(location), cache)
+    else:
+        objects = LocalObjects(data_dir() / "transcripts")
+    return SealedObjects(objects, keyring) if keyring is not None else objects
+
+
+def open_store() -> TranscriptStore:
+    """The store this process's environment configures (`AGENT_STORE_URL`, `AGENT_PAYLOAD_KEYS`)."""
+    return TranscriptStore(open_objects(os.environ.get("AGENT_STORE_URL", "").strip() or None, keyring_from_env()))
 
 
 class TranscriptStore:
@@ -29,19 +54,22 @@ class TranscriptStore:
     Each model call adds one entry to the cache; an entry is a list of references to
     message dicts that the session's earlier entries share, so it costs a few bytes per
     message. The cache must hold at least one entry per session in flight: below that,
-    every call reads its session's chain of segments back from disk. The default matches
-    the worker's cache of workflows (`max_cached_workflows`, 1000 by default).
+    every call reads its session's chain of segments back from the objects. The default
+    matches the worker's cache of workflows (`max_cached_workflows`, 1000 by default).
     """
 
-    def __init__(self, root: Path, cache_size: int = 1024):
-        self._root = root
+    def __init__(self, objects: Objects | Path, cache_size: int = 1024):
+        self._objects = LocalObjects(objects) if isinstance(objects, Path) else objects
         self._cache: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
         self._cache_size = cache_size
 
-    def _path(self, ref: str) -> Path:
-        return self._root / ref[:2] / f"{ref}.json"
+    async def _read(self, name: str, what: str) -> bytes:
+        data = await self._objects.get(name)
+        if data is None:
+            raise TranscriptMissing(f"{what} is not in {self._objects.where()}")
+        return data
 
-    def load(self, ref: str | None) -> list[dict[str, Any]]:
+    async def load(self, ref: str | None) -> list[dict[str, Any]]:
         """All messages of the transcript `ref`, oldest first."""
         segments: list[list[dict[str, Any]]] = []
         base: list[dict[str, Any]] = []
@@ -51,9 +79,9 @@ class TranscriptStore:
                 self._cache.move_to_end(ref)
                 break
             try:
-                segment = json.loads(self._path(ref).read_text())
-            except (FileNotFoundError, json.JSONDecodeError) as err:
-                raise TranscriptMissing(f"transcript segment {ref} is not in {self._root}") from err
+                segment = json.loads(await self._read(f"{ref[:2]}/{ref}.json", f"transcript segment {ref}"))
+            except json.JSONDecodeError as err:
+                raise TranscriptMissing(f"transcript segment {ref} is unreadable") from err
             segments.append(segment["messages"])
             ref = segment["parent"]
         messages = list(base)
@@ -61,32 +89,31 @@ class TranscriptStore:
             messages.extend(segment)
         return messages
 
-    def extend(self, parent: str | None, messages: list[dict[str, Any]], full: list[dict[str, Any]]) -> str:
+    async def extend(
+        self, parent: str | None, messages: list[dict[str, Any]], full: list[dict[str, Any]]
+    ) -> str:
         """Store `messages` after `parent`; `full` is the whole resulting transcript, for the cache."""
         if not messages and parent is not None:
             return parent
         body = json.dumps({"parent": parent, "messages": messages}, sort_keys=True, ensure_ascii=False)
         ref = hashlib.sha256(body.encode()).hexdigest()
-        write_once(self._path(ref), body.encode())
+        await self._objects.put(f"{ref[:2]}/{ref}.json", body.encode())
         self._cache[ref] = full
         self._cache.move_to_end(ref)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return ref
 
-    def put_blob(self, text: str) -> str:
+    async def put_blob(self, text: str) -> str:
         """Store a text by its SHA-256; returns the hash."""
         digest = hashlib.sha256(text.encode()).hexdigest()
-        write_once(self._root / "blobs" / digest[:2] / digest, text.encode())
+        await self._objects.put(f"blobs/{digest[:2]}/{digest}", text.encode())
         return digest
 
-    def get_blob(self, digest: str) -> str:
-        try:
-            return (self._root / "blobs" / digest[:2] / digest).read_text(encoding="utf-8")
-        except FileNotFoundError as err:
-            raise TranscriptMissing(f"blob {digest} is not in {self._root}") from err
+    async def get_blob(self, digest: str) -> str:
+        return (await self._read(f"blobs/{digest[:2]}/{digest}", f"blob {digest}")).decode("utf-8")
 
-    def resolve(self, message: dict[str, Any]) -> dict[str, Any]:
+    async def resolve(self, message: dict[str, Any]) -> dict[str, Any]:
         """A message with every `content_ref` replaced by the stored content."""
         blocks = message.get("content")
         if not isinstance(blocks, list) or not any("content_ref" in b for b in blocks):
@@ -96,17 +123,15 @@ class TranscriptStore:
             if "content_ref" in block:
                 ref = block["content_ref"]
                 block = {k: v for k, v in block.items() if k != "content_ref"}
-                block["content"] = self.get_blob(ref)
+                block["content"] = await self.get_blob(ref)
             resolved.append(block)
         return {**message, "content": resolved}
 
-    def note(self, key: str) -> str | None:
+    async def note(self, key: str) -> str | None:
         """A derived text kept beside the transcripts (a summary), or None."""
-        try:
-            return (self._root / "notes" / f"{key}.txt").read_text()
-        except FileNotFoundError:
-            return None
+        data = await self._objects.get(f"notes/{key}.txt")
+        return None if data is None else data.decode("utf-8")
 
-    def save_note(self, key: str, text: str) -> None:
+    async def save_note(self, key: str, text: str) -> None:
         # Keyed by what was summarised: the first summary written is the one later calls read.
-        write_once(self._root / "notes" / f"{key}.txt", text.encode())
+        await self._objects.put(f"notes/{key}.txt", text.encode())

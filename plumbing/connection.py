@@ -13,12 +13,20 @@ import os
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter, ExternalStorage
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+    ExternalStorage,
+    StorageDriver,
+)
 from temporalio.envconfig import ClientConfigProfile
 
+from activities.config import ConfigError  # noqa: F401  (raised by data_converter; the edges catch it)
 from activities.data import data_dir
+from activities.keyring import Keyring, keyring_from_env
+from plumbing.codec import EncryptionCodec
 from plumbing.errors import Unreachable
-from plumbing.payload_store import LocalFileDriver
+from plumbing.payload_store import LocalFileDriver, s3_driver
 
 LARGE_PAYLOAD_BYTES = 256 * 1024
 STARTING_SERVER_WAIT = 30.0
@@ -44,24 +52,43 @@ def address() -> str:
     return connect_config()["target_host"]
 
 
-def data_converter() -> DataConverter:
-    """Pydantic payloads; those above 256 KB go to external storage, not into history."""
-    storage = ExternalStorage(
-        drivers=[LocalFileDriver(data_dir() / "payloads")], payload_size_threshold=LARGE_PAYLOAD_BYTES
+def payload_driver() -> StorageDriver:
+    """The external payload store: the shared S3 store of `AGENT_STORE_URL`, or the data directory."""
+    url = os.environ.get("AGENT_STORE_URL", "").strip()
+    return s3_driver(url) if url else LocalFileDriver(data_dir() / "payloads")
+
+
+def data_converter(keyring: Keyring | None = None) -> DataConverter:
+    """Pydantic payloads; those above 256 KB go to external storage, not into history.
+
+    With payload keys (`AGENT_PAYLOAD_KEYS` unless `keyring` is given) every payload and
+    failure message is encrypted before it leaves the process.
+    """
+    keyring = keyring or keyring_from_env()
+    storage = ExternalStorage(drivers=[payload_driver()], payload_size_threshold=LARGE_PAYLOAD_BYTES)
+    if keyring is None:
+        return dataclasses.replace(pydantic_data_converter, external_storage=storage)
+    return dataclasses.replace(
+        pydantic_data_converter,
+        external_storage=storage,
+        payload_codec=EncryptionCodec(keyring),
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
     )
-    return dataclasses.replace(pydantic_data_converter, external_storage=storage)
 
 
 async def connect(**overrides) -> Client:
     """Connect with the environment's configuration and the project's data converter.
 
     A server that is still starting ("Frontend is not healthy yet") is waited for, up to
-    `STARTING_SERVER_WAIT`; any other failure is `Unreachable` at once."""
-    config = {**connect_config(), **overrides}
+    `STARTING_SERVER_WAIT`; any other failure is `Unreachable` at once. A malformed
+    setting (`AGENT_PAYLOAD_KEYS`, `AGENT_STORE_URL`) raises ConfigError.
+    """
+    config = {"data_converter": None, **connect_config(), **overrides}
+    converter = config.pop("data_converter") or data_converter()
     deadline = asyncio.get_running_loop().time() + STARTING_SERVER_WAIT
     while True:
         try:
-            return await Client.connect(**config, data_converter=data_converter())
+            return await Client.connect(**config, data_converter=converter)
         except RuntimeError as err:
             if "not healthy yet" in str(err) and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.2)

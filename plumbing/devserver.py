@@ -85,8 +85,12 @@ def start(
     db_file: Path | None = None,
     log_file: Path | None = None,
     wait_seconds: float = 60,
+    codec_endpoint: str | None = None,
 ) -> DevServer:
-    """Start `temporal server start-dev` on 127.0.0.1 and wait until it answers."""
+    """Start `temporal server start-dev` on 127.0.0.1 and wait until it answers.
+
+    `codec_endpoint` is the URL of a codec server (plumbing/codec_server.py) the Web UI
+    sends payloads to for decoding."""
     port = port or free_port()
     args = [
         temporal_binary(), "server", "start-dev",
@@ -103,6 +107,8 @@ def start(
         args.append("--headless")
     else:
         args += ["--ui-port", str(ui_port), "--ui-ip", "127.0.0.1", "--ui-disable-news-fetch"]
+        if codec_endpoint:
+            args += ["--ui-codec-endpoint", codec_endpoint]
     if db_file is not None:
         db_file.parent.mkdir(parents=True, exist_ok=True)
         args += ["--db-filename", str(db_file)]

@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.data import data_dir
 from activities.definitions import McpServer
 from activities.mcp import _errors
 from activities.mcp._convert import USABLE_NAME, full_name, input_error, result_text, split_name, to_spec
 from activities.tools import HEARTBEAT_EVERY_S, finish_outcome
-from activities.transcript import TranscriptStore
+from activities.transcript import TranscriptStore, open_store
 from activities.types import ToolOutcome, ToolRequest, ToolSpec
 
 if TYPE_CHECKING:
@@ -32,7 +31,7 @@ class McpActivities:
 
     def __init__(self, servers: dict[str, McpServer], store: TranscriptStore | None = None):
         self._servers = dict(servers)
-        self._store = store or TranscriptStore(data_dir() / "transcripts")
+        self._store = store or open_store()
         # Imported here: the MCP SDK takes over a second to import, and the workflow
         # (so the command line too) imports this module for the activity references.
         from activities.mcp._connections import Connections
@@ -75,7 +74,7 @@ class McpActivities:
         # From the start: starting a stdio server and listing its tools may come first.
         async with _heartbeating():
             content, is_error = await self._checked_call(request)
-        return finish_outcome(
+        return await finish_outcome(
             self._store, content, is_error=is_error, max_output=request.max_output, started=started
         )
 

@@ -59,9 +59,15 @@ def big_output(chars: Annotated[int, Field(ge=0, le=10_000_000)]) -> str:
 
 
 @tool(policy="read_only")
+def echo_text(text: str, repeat: Annotated[int, Field(ge=1, le=1_000_000)] = 1) -> str:
+    """Return "out:" and the text, `repeat` times: an output that holds a known string."""
+    return f"out:{text}" * repeat
+
+
+@tool(policy="read_only")
 def whoami(user_id: str | None = None, ctx: ToolContext = None) -> str:  # type: ignore[assignment]
     """Return the user this session acts for. A user_id argument is ignored."""
     return f"acting for {ctx.user_id}"
 
 
-TOOLS = [*EXAMPLE_TOOLS, slow_charge, slow_upsert, wait_for_cancel, explode, big_output, whoami]
+TOOLS = [*EXAMPLE_TOOLS, slow_charge, slow_upsert, wait_for_cancel, explode, big_output, echo_text, whoami]
