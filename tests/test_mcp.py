@@ -171,7 +171,7 @@ async def test_a_big_output_is_truncated_and_stored(tmp_path: Path, http_server:
         outcome.content.startswith("x" * 8000)
         and "[truncated 992000 of 1000000 characters" in outcome.content
     )
-    assert outcome.content_ref is not None and store.get_blob(outcome.content_ref) == outcome.content
+    assert outcome.content_ref is not None and await store.get_blob(outcome.content_ref) == outcome.content
     await acts.aclose()
 
 

@@ -256,12 +256,12 @@ class ScriptedProvider:
         return classify(err)
 
 
-def _request_with_history(store: TranscriptStore, turns: int) -> ModelRequest:
+async def _request_with_history(store: TranscriptStore, turns: int) -> ModelRequest:
     history: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "the goal"}]}]
     for i in range(turns):
         history.append({"role": "assistant", "content": [{"type": "text", "text": f"step {i} " + "x" * 400}]})
         history.append({"role": "user", "content": [{"type": "text", "text": f"go on {i}"}]})
-    ref = store.extend(None, history, history)
+    ref = await store.extend(None, history, history)
     return ModelRequest(
         session_id="s-1", step=turns + 1, model="anthropic:claude-test", system="", max_tokens=100,
         tools=[], tools_ref="", transcript_ref=ref, stream=False, context_tokens=100_000,
@@ -273,25 +273,25 @@ async def test_the_activity_fits_tighter_while_the_provider_says_too_long(tmp_pa
     store = TranscriptStore(tmp_path)
     provider = ScriptedProvider(limit=3000)
     model = ModelActivities(store=store, providers={"anthropic": provider})
-    reply = await ActivityEnvironment().run(model.call_model, _request_with_history(store, 20))
+    reply = await ActivityEnvironment().run(model.call_model, await _request_with_history(store, 20))
     assert len(provider.calls) > 1 and reply.context_dropped > 0
     assert {c.model for c in provider.calls} == {"claude-test"}
     assert provider.calls[0].headers == {"x-agent-session": "s-1", "x-agent-step": "21"}
     assert reply.stop_reason == "end_turn" and reply.model == "m-2025" and reply.message.text() == "done"
-    assert store.load(reply.transcript_ref)[-1]["content"] == [{"type": "text", "text": "done"}]
+    assert (await store.load(reply.transcript_ref))[-1]["content"] == [{"type": "text", "text": "done"}]
 
 
 async def test_a_prompt_that_never_fits_ends_as_prompt_too_long(tmp_path):
     store = TranscriptStore(tmp_path)
     model = ModelActivities(store=store, providers={"anthropic": ScriptedProvider(limit=10)})
     with pytest.raises(ApplicationError) as err:
-        await ActivityEnvironment().run(model.call_model, _request_with_history(store, 20))
+        await ActivityEnvironment().run(model.call_model, await _request_with_history(store, 20))
     assert err.value.type == PROMPT_TOO_LONG and err.value.non_retryable
 
 
 async def test_a_missing_transcript_is_reported_for_the_workflow_to_resend(tmp_path):
     store = TranscriptStore(tmp_path)
-    request = _request_with_history(store, 1).model_copy(update={"transcript_ref": "0" * 64})
+    request = (await _request_with_history(store, 1)).model_copy(update={"transcript_ref": "0" * 64})
     model = ModelActivities(store=TranscriptStore(tmp_path / "empty"), providers={"anthropic": ScriptedProvider(9999)})
     with pytest.raises(ApplicationError) as err:
         await ActivityEnvironment().run(model.call_model, request)
