@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
@@ -234,3 +235,43 @@ async def test_dropped_messages_can_be_summarised(harness: Harness):
     # One summary per cut, reused by the calls that keep the same cut.
     cuts = {t.context_dropped for t in (await handle.query("history", result_type=SessionHistory)).trace if t.context_dropped}
     assert len(summaries) <= len(cuts)
+
+
+async def test_a_lost_transcript_is_sent_whole_once_and_counted(client, fake_model, tmp_path):
+    """A store that loses its transcripts (another host's store, a wiped folder) costs one
+    whole resend per lost call, counted on the trace turn and in the status."""
+    import shutil
+
+    import anthropic
+
+    from activities.model import ModelActivities
+    from activities.transcript import TranscriptStore
+    from tests.support.tools import TOOLS
+    from worker import build_worker
+
+    root = tmp_path / "transcripts"
+    model = ModelActivities(
+        store=TranscriptStore(root, cache_size=0),  # nothing kept in memory: every call reads the store
+        client=anthropic.AsyncAnthropic(base_url=fake_model.url, api_key="test-key", max_retries=0),
+    )
+    harness = Harness(client, fake_model, f"test-{uuid.uuid4().hex[:8]}")
+    async with build_worker(client, TOOLS, queue=harness.task_queue, model=model):
+        handle = await harness.start(
+            [tool_use("get_time", id="t1"), {**tool_use("get_time", id="t2"), "delay": 1.5}, answer("done")]
+        )
+        await _until_requests(harness, handle.id, 2)
+        shutil.rmtree(root)  # while step 2 runs: step 3 finds no transcript
+        result: SessionStatus = await asyncio.wait_for(handle.result(), 60)
+        trace = (await handle.query("history", result_type=SessionHistory)).trace
+    assert result.status == "completed" and result.transcript_resends == 1
+    assert [t.transcript_resends for t in trace] == [0, 0, 1]
+    whole = harness.requests(handle.id)[-1]["body"]["messages"]
+    assert len(whole) == 5  # the goal, two calls and their results: the whole conversation
+
+
+async def _until_requests(harness: Harness, session_id: str, count: int) -> None:
+    for _ in range(300):
+        if len(harness.requests(session_id)) >= count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{session_id} never made {count} model requests")

@@ -39,10 +39,12 @@ class ModelCaller:
         self.session = session
         self.state = session.state
         self.tools_sent = False  # each run sends the tool specs inline once
+        self._resent = 0  # for the trace turn of the reply being recorded
 
     async def call(self) -> ModelReply:
         """Call the model with what is new since the last call; a lost transcript is sent whole, once."""
         request = self._request()
+        self._resent = 0
         try:
             reply = await self._activity(request)
         except ActivityError as err:
@@ -51,6 +53,8 @@ class ModelCaller:
             if error_type(err) != TRANSCRIPT_MISSING:
                 raise Finished("failed", error=describe_failure(err, "model call")) from err
             whole = {"transcript_ref": None, "new_messages": self.state.messages, "tools": self.state.specs}
+            self._resent = 1
+            self.state.transcript_resends += 1
             try:
                 reply = await self._activity(request.model_copy(update=whole))
             except ActivityError as again:
@@ -122,7 +126,7 @@ class ModelCaller:
                 started_at=now - timedelta(milliseconds=reply.latency_ms), ended_at=now,
                 stop_reason=reply.stop_reason, text=text, tool_use_ids=[b.id for b in reply.message.tool_uses()],
                 usage=reply.usage, cost_usd=turn_cost, latency_ms=reply.latency_ms, attempt=reply.attempt,
-                context_dropped=reply.context_dropped,
+                context_dropped=reply.context_dropped, transcript_resends=self._resent,
             )
         )  # fmt: skip
         for block in reply.message.tool_uses():

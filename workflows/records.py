@@ -80,3 +80,6 @@ class TraceTurn(BaseModel):
     latency_ms: int
     attempt: int
     context_dropped: int = 0
+    # 1 when this call found no transcript in the store and the whole conversation was
+    # sent again (a worker on another host without the shared store, a lost store).
+    transcript_resends: int = 0

@@ -53,6 +53,7 @@ class SessionState(BaseModel):
     cancel_requested: str | None = None
     ending: Ending | None = None
     updated_at: datetime | None = None
+    transcript_resends: int = 0  # whole-transcript resends over the session
     subagent_runs: int = 0  # numbers the child sessions: PARENT.sub-1, PARENT.sub-2, ...
     # What each running child session waits for, as it last told this one.
     child_approvals: dict[str, list[PendingApproval]] = Field(default_factory=dict)

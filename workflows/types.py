@@ -187,6 +187,7 @@ class SessionStatus(BaseModel):
     limits: Limits
     started_at: datetime
     updated_at: datetime
+    transcript_resends: int = 0
     agent: str | None = None
     parent_session_id: str | None = None
     forked_from: ForkPoint | None = None

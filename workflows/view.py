@@ -114,6 +114,7 @@ class SessionView:
             limits=self.input.limits,
             started_at=state.started_at,
             updated_at=state.updated_at or state.started_at,
+            transcript_resends=state.transcript_resends,
             agent=self.input.agent.name if self.input.agent else None,
             parent_session_id=self.input.parent.session_id if self.input.parent else None,
             forked_from=self.input.forked_from,
