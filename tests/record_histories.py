@@ -97,6 +97,32 @@ async def pause_resume(handle) -> None:
     await handle.execute_update("resume_session", result_type=str)
 
 
+async def approve_edited(handle) -> None:
+    from workflows.types import Decision
+
+    await wait_for(handle, "waiting_approval")
+    edited = {**EMAIL, "to": "boss@example.com"}
+    await handle.execute_update("approve_call", Decision(tool_use_id="e1", input=edited, decided_by="alice"), result_type=str)
+
+
+async def approve_in_child(handle) -> None:
+    """The child's call shows in the parent's status; the decision goes to the child."""
+    from workflows.types import Decision
+
+    await wait_for(handle, "waiting_approval")
+    child = handle._client.get_workflow_handle(f"{handle.id}.sub-1")
+    await child.execute_update("approve_call", Decision(tool_use_id="c1", decided_by="bob"), result_type=str)
+
+
+def subagent_fields() -> dict:
+    from workflows.types import AgentSpec, Limits, SubAgent
+
+    helper = AgentSpec(name="helper", approval={"send_email": "always"})
+    sub = SubAgent(name="helper", description="sends emails", model="claude-haiku-4-5", system="Be brief.",
+                   limits=Limits(max_steps=5), tools=["send_email"], agent=helper)  # fmt: skip
+    return {"agent": AgentSpec(name="lead", approval={"save_note": "never"}, subagents=[sub]), "tools": ["save_note"]}
+
+
 async def chat(handle) -> None:
     await wait_for(handle, "waiting_input")
     await handle.execute_update("send_message", {"text": "and then?"}, result_type=int)
@@ -161,6 +187,12 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
     "model_timeout": (
         [{"stall": 6, "text": "late"}, answer("on time")], {"limits": {"model_timeout_seconds": 2}}, nothing
     ),
+    "edited_approval": ([tool_use("send_email", EMAIL, id="e1"), answer("sent")], {}, approve_edited),
+    "subagent": (
+        [tool_use("agent__helper", {"task": "email the team"}, id="h1"), answer("the helper sent it")],
+        {"_children": {".sub-1": [tool_use("send_email", EMAIL, id="c1"), answer("sent")]}, "_fields": subagent_fields},
+        approve_in_child,
+    ),
     "search_attributes": (
         [tool_use("save_note", {"title": f"n{i}", "text": "x"}, id=f"s{i}") for i in range(4)]
         + [tool_use("send_email", EMAIL, id="e1"), answer("sent")],
@@ -196,6 +228,11 @@ async def record(names: list[str], out: Path) -> None:
                 session_id = f"replay-{name}"
                 model.script.set(session_id, turns)
                 fields = dict(fields)
+                children = fields.pop("_children", {})
+                for suffix, child_turns in children.items():
+                    model.script.set(session_id + suffix, child_turns)
+                if "_fields" in fields:
+                    fields.update(fields.pop("_fields")())
                 limits = Limits(**fields.pop("limits", {}))
                 handle = await client.start_workflow(
                     AgentWorkflow.run,
@@ -208,11 +245,15 @@ async def record(names: list[str], out: Path) -> None:
                 first = client.get_workflow_handle(session_id, run_id=handle.first_execution_run_id)
                 runs = [await first.fetch_history()]
                 latest = await client.get_workflow_handle(session_id).fetch_history()
+                files = [(f"{name}.json", runs[0])]
                 if latest.run_id != runs[0].run_id:
-                    runs.append(latest)  # continued as new: the last run too
+                    files.append((f"{name}-last-run.json", latest))  # continued as new: the last run too
+                for suffix in children:
+                    child = await client.get_workflow_handle(session_id + suffix).fetch_history()
+                    files.append((f"{name}-child.json", child))
                 out.mkdir(parents=True, exist_ok=True)
-                for index, history in enumerate(runs):
-                    path = out / (f"{name}.json" if index == 0 else f"{name}-last-run.json")
+                for path_name, history in files:
+                    path = out / path_name
                     path.write_text(json.dumps(json.loads(history.to_json()), indent=1) + "\n")
                     print(f"{path}: {result.status} {result.stop_reason or ''} "
                           f"({len(history.events)} events)")  # fmt: skip
