@@ -31,7 +31,7 @@ from tests.support.reliability import record
 from tests.support.tools import TOOLS
 from tests.test_faults import gaps, model_activities
 from worker import build_worker
-from workflows.types import SessionHistory
+from workflows.types import SessionHistory, SessionStatus
 
 AREA = "Chat Completions API (`openai:` models)"
 MODEL = "openai:gpt-test"
@@ -269,3 +269,36 @@ async def test_a_context_length_error_is_answered_by_cutting_more(chat: ChatHarn
         "answered by leaving more of the context out; completed",
         {"requests for the last step": len(sizes)},
     )
+
+
+async def test_the_assistant_agent_on_an_openai_model(chat: ChatHarness):
+    """An agent from agents.toml run on an `openai:` model: its tools, its approval rule
+    (send_email: always) and its sub-agent tool, through Chat Completions."""
+    from activities.definitions import load_definitions
+    from plumbing import agents
+
+    turns = [
+        calls({"name": "send_email", "input": {"to": "team@example.com", "subject": "hi", "body": "x"}, "id": "call_e1"}),
+        answer("Sent."),
+    ]
+    session_input = agents.session_input(
+        load_definitions(), "assistant", goal="email the team", limits={}, fields={"model": MODEL}
+    )
+    session_id = f"test-{uuid.uuid4().hex[:10]}"
+    chat.script(session_id, turns)
+    handle = await chat.client.start_workflow(
+        "AgentWorkflow", session_input, id=session_id, task_queue=chat.task_queue, result_type=SessionStatus
+    )
+    for _ in range(200):
+        if (await handle.query("status", result_type=SessionStatus)).status == "waiting_approval":
+            break
+        await asyncio.sleep(0.1)
+    await handle.execute_update("approve_call", {"tool_use_id": "call_e1"}, result_type=str)
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed" and result.agent == "assistant" and result.model == MODEL
+    sent = chat.requests(session_id)[0]["body"]
+    assert [t["function"]["name"] for t in sent["tools"]] == ["get_time", "save_note", "send_email", "agent__researcher"]
+    call = (await history_of(handle)).tool_calls[0]
+    assert call.status == "done" and call.approval == "required"
+    record(AREA, "the `assistant` agent from agents.toml on an `openai:` model",
+           "its tools and sub-agent tool sent as functions; its approval rule holds; completed", {})
