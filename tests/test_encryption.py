@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anthropic

@@ -5,7 +5,6 @@ never fails a workflow task (which Temporal would retry forever)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path

@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import html
 import re
-import shutil
 import subprocess
-import time
 import uuid
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse

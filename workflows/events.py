@@ -45,11 +45,14 @@ class TurnRecorded(_Event):
     attempt: int = 1
 
 
-class ToolCallStarted(_Event):
-    type: Literal["tool_call"] = "tool_call"
+class _CallEvent(_Event):
     tool_use_id: str
     name: str
     input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolCallStarted(_CallEvent):
+    type: Literal["tool_call"] = "tool_call"
 
 
 class ToolCallEnded(_Event):
@@ -61,11 +64,8 @@ class ToolCallEnded(_Event):
     duration_ms: int | None = None
 
 
-class ApprovalRequested(_Event):
+class ApprovalRequested(_CallEvent):
     type: Literal["approval"] = "approval"
-    tool_use_id: str
-    name: str
-    input: dict[str, Any] = Field(default_factory=dict)
 
 
 class DecisionRecorded(_Event):

@@ -7,10 +7,9 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
-from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from activities.types import Message, Usage
-from workflows.records import CallStatus, PendingApproval, RunStatus, ToolCallRecord, TraceTurn
+from workflows.records import CallStatus, PendingApproval, RunStatus, ToolCallRecord, TraceTurn  # noqa: F401  (wire types, re-exported)
 from workflows.state import SessionState
 
 FINAL_STATUSES = ("completed", "stopped", "failed", "cancelled")
