@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from temporalio import activity
 
 from activities.data import data_dir
+from activities.telemetry import tool_call_telemetry
 from activities.transcript import TranscriptStore
 from activities.types import ToolOutcome, ToolPolicy, ToolRequest, ToolSpec
 
@@ -179,6 +180,7 @@ class ToolActivities:
         return None
 
     @activity.defn(name="run_tool")
+    @tool_call_telemetry
     async def run_tool(self, request: ToolRequest) -> ToolOutcome:
         """Run one tool call; its errors become an is_error outcome."""
         started = time.monotonic()
