@@ -19,6 +19,7 @@ from temporalio.envconfig import ClientConfigProfile
 from activities.data import data_dir
 from plumbing.errors import Unreachable
 from plumbing.payload_store import LocalFileDriver
+from plumbing.telemetry import client_interceptors
 
 LARGE_PAYLOAD_BYTES = 256 * 1024
 STARTING_SERVER_WAIT = 30.0
@@ -56,8 +57,11 @@ async def connect(**overrides) -> Client:
     """Connect with the environment's configuration and the project's data converter.
 
     A server that is still starting ("Frontend is not healthy yet") is waited for, up to
-    `STARTING_SERVER_WAIT`; any other failure is `Unreachable` at once."""
+    `STARTING_SERVER_WAIT`; any other failure is `Unreachable` at once. With tracing on
+    (plumbing/telemetry.py) the client carries the tracing interceptor, and so does every
+    worker built from it."""
     config = {**connect_config(), **overrides}
+    config.setdefault("interceptors", client_interceptors())
     deadline = asyncio.get_running_loop().time() + STARTING_SERVER_WAIT
     while True:
         try:
