@@ -134,7 +134,8 @@ def _tool_attributes(request: ToolRequest) -> dict[str, Any]:
         "gen_ai.conversation.id": request.session_id,
     }
     if content_wanted():
-        attributes["gen_ai.tool.call.arguments"] = json.dumps(request.input, ensure_ascii=False)[:CONTENT_LIMIT]
+        arguments = json.dumps(request.input, ensure_ascii=False)
+        attributes["gen_ai.tool.call.arguments"] = arguments[:CONTENT_LIMIT]
     return attributes
 
 
@@ -191,9 +192,8 @@ async def _measured(
     except BaseException as err:
         outcome = error_class(err)
         if _will_retry(err):
-            meter.create_counter("agent_retries", "Failed attempts Temporal retries").with_additional_attributes(
-                {"activity": kind, "error_class": outcome}
-            ).add(1)
+            retries = meter.create_counter("agent_retries", "Failed attempts Temporal retries")
+            retries.with_additional_attributes({"activity": kind, "error_class": outcome}).add(1)
         raise
     finally:
         attributes = {**labels, "outcome": outcome}
@@ -212,4 +212,6 @@ def _will_retry(err: BaseException) -> bool:
         return False  # a cancel is not retried
     info = activity.info()
     policy = info.retry_policy
-    return info.is_local or policy is None or not policy.maximum_attempts or info.attempt < policy.maximum_attempts
+    if info.is_local or policy is None or not policy.maximum_attempts:
+        return True
+    return info.attempt < policy.maximum_attempts

@@ -55,14 +55,16 @@ def otlp_metrics_wanted() -> bool:
 
 
 def _protocol(signal: str) -> str:
-    return (_env(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") or _env("OTEL_EXPORTER_OTLP_PROTOCOL") or DEFAULT_PROTOCOL)
+    specific = _env(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL")
+    return specific or _env("OTEL_EXPORTER_OTLP_PROTOCOL") or DEFAULT_PROTOCOL
 
 
 def _resource() -> Any:
     from opentelemetry.sdk.resources import Resource
 
-    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over this default.
-    return Resource.create({"service.name": SERVICE_NAME})
+    named = _env("OTEL_SERVICE_NAME") or "service.name=" in _env("OTEL_RESOURCE_ATTRIBUTES")
+    # Attributes given here win over the environment's, so the default only when unnamed.
+    return Resource.create({} if named else {"service.name": SERVICE_NAME})
 
 
 # ---- traces ----------------------------------------------------------------------------

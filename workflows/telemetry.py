@@ -132,14 +132,17 @@ def _set_call_status(span: Any, call: ToolCallRecord) -> None:
 def approval_span(session: Session, call: ToolCallRecord) -> Iterator[None]:
     """`approval {name}`: the wait for a person, with who decided and how; and its time."""
     started = workflow.now()
-    attributes = {"gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.tool_use_id, "agent.step": call.step}
+    attributes = {
+        "gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.tool_use_id, "agent.step": call.step,
+    }  # fmt: skip
     with _span(f"approval {call.name}", attributes) as span:
         try:
             yield
         finally:
             decision = _decision(call)
             if span is not None:
-                span.set_attributes({"agent.approval.decision": decision, "agent.approval.decided_by": call.decided_by or ""})
+                span.set_attribute("agent.approval.decision", decision)
+                span.set_attribute("agent.approval.decided_by", call.decided_by or "")
             if decision != "waiting":
                 _meter(session).create_histogram_float(
                     "agent_approval_wait", "Time a tool call waited for a person", "s"
