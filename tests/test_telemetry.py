@@ -247,3 +247,54 @@ async def test_recorded_histories_replay_with_tracing_and_add_no_span(spans: InM
     assert len(spans.get_finished_spans()) == before, "a replay ends no span"
     record(AREA, "every recorded history replayed with the tracing interceptor and the replay-safe tracer",
            "replays without non-determinism; no span emitted", {"histories": len(HISTORY_FILES)})
+
+
+# ---- configuration from the environment ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "exporter"),
+    [
+        ({}, None),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, "otlp"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}, "otlp"),
+        ({"OTEL_TRACES_EXPORTER": "console"}, "console"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_TRACES_EXPORTER": "none"}, None),
+    ],
+)
+def test_tracing_is_off_unless_asked_for(monkeypatch, env: dict[str, str], exporter: str | None):
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert telemetry.traces_exporter() == exporter
+
+
+def test_otlp_grpc_exporter_from_the_environment(monkeypatch):
+    """OTEL_EXPORTER_OTLP_PROTOCOL=grpc sends spans to a gRPC collector on loopback."""
+    import grpc
+    from concurrent import futures
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+    from opentelemetry.sdk.trace import TracerProvider
+
+    received: list[str] = []
+
+    class Collector(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request, context):  # noqa: N802 (the service's name)
+            received.extend(s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans)
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Collector(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        provider = TracerProvider()  # not the global one: that is installed once per process
+        provider.add_span_processor(telemetry._span_processor("otlp"))
+        provider.get_tracer("test").start_span("over grpc").end()
+        provider.shutdown()  # flushes the batch
+    finally:
+        server.stop(grace=None)
+    assert received == ["over grpc"]
