@@ -35,6 +35,7 @@ from activities.model import ModelActivities
 from activities.tools import Tool, ToolActivities
 from plumbing import telemetry
 from plumbing.connection import Unreachable, connect, task_queue
+from plumbing.errors import BadConfiguration
 from workflows.agent import AgentWorkflow
 
 DEFAULT_TOOLS = "activities.example_tools:TOOLS"
@@ -106,7 +107,7 @@ async def main() -> None:
         check_definitions(load_definitions(), tools)
         metrics = telemetry.metrics(args.metrics_port)
         client = await connect(**({"runtime": metrics.runtime} if metrics else {}))
-    except (Unreachable, DefinitionError) as err:
+    except (Unreachable, DefinitionError, BadConfiguration) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
     worker = build_worker(client, tools, sandboxed=args.sandbox or None)

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from plumbing.errors import BadConfiguration
+
 SERVICE_NAME = "agent-loop"
 DEFAULT_PROTOCOL = "http/protobuf"
 METRIC_BUFFER_SIZE = 10_000
@@ -98,7 +100,7 @@ def _span_processor(exporter: str) -> Any:
     if exporter == "console":
         return BatchSpanProcessor(ConsoleSpanExporter())
     if exporter != "otlp":
-        raise ValueError(f"OTEL_TRACES_EXPORTER={exporter!r}: this worker knows otlp, console and none")
+        raise BadConfiguration(f"OTEL_TRACES_EXPORTER={exporter!r}: this worker knows otlp, console and none")
     if _protocol("TRACES") == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     else:
@@ -198,7 +200,11 @@ def _prometheus_reader(host: str, port: int) -> Any:
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import start_http_server
 
-    start_http_server(port, addr=host)
+    try:
+        start_http_server(port, addr=host)
+    except OSError as err:
+        why = err.strerror or err
+        raise BadConfiguration(f"--metrics-port: cannot serve metrics on {host}:{port}: {why}") from err
     return PrometheusMetricReader()
 
 
