@@ -298,3 +298,23 @@ def test_otlp_grpc_exporter_from_the_environment(monkeypatch):
     finally:
         server.stop(grace=None)
     assert received == ["over grpc"]
+
+
+def test_tracing_off_imports_no_sdk():
+    """Without OTEL_* the worker installs no interceptor and never imports the OpenTelemetry SDK."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    check = (
+        "import sys, worker\n"
+        "from plumbing import telemetry\n"
+        "assert telemetry.client_interceptors() == [] and telemetry.metrics(None) is None\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'temporalio.contrib.opentelemetry'))))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
