@@ -28,12 +28,15 @@ from datetime import timedelta
 
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.definitions import DefinitionError, Definitions, definitions_path, load_definitions
 from activities.mcp import McpActivities
 from activities.model import ModelActivities
 from activities.tools import Tool, ToolActivities
+from plumbing import telemetry
 from plumbing.connection import ConfigError, Unreachable, connect, task_queue
+from plumbing.errors import BadConfiguration
 from workflows.agent import AgentWorkflow
 
 DEFAULT_TOOLS = "activities.example_tools:TOOLS"
@@ -63,6 +66,10 @@ def build_worker(
         sandboxed = os.environ.get("AGENT_WORKFLOW_SANDBOX", "") not in ("", "0")
     if not sandboxed:
         options.setdefault("workflow_runner", UnsandboxedWorkflowRunner())
+    else:
+        # Spans started in workflow code use the process's tracer provider.
+        restrictions = SandboxRestrictions.default.with_passthrough_modules("opentelemetry")
+        options.setdefault("workflow_runner", SandboxedWorkflowRunner(restrictions=restrictions))
     return Worker(
         client,
         task_queue=queue or task_queue(),
@@ -95,25 +102,31 @@ async def main() -> None:
     parser = argparse.ArgumentParser(prog="python worker.py", description=__doc__.splitlines()[0])
     parser.add_argument("--tools", default=DEFAULT_TOOLS, help="module:NAME of a list of tools")
     parser.add_argument("--sandbox", action="store_true", help="run the workflow in Temporal's sandbox")
+    parser.add_argument(
+        "--metrics-port", metavar="[HOST:]PORT", type=telemetry.parse_listen,
+        help="serve Prometheus metrics (ours and the Temporal SDK's) on this port (host default 127.0.0.1)",
+    )  # fmt: skip
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tools = load_tools(args.tools)
     try:
         definitions = load_definitions()
         check_definitions(definitions, tools)
-        client = await connect()
+        metrics = telemetry.metrics(args.metrics_port)
+        client = await connect(**({"runtime": metrics.runtime} if metrics else {}))
         mcp = McpActivities(definitions.mcp_servers)
         worker = build_worker(client, tools, mcp=mcp, sandboxed=args.sandbox or None)
-    except (Unreachable, DefinitionError, ConfigError) as err:
+    except (Unreachable, DefinitionError, ConfigError, BadConfiguration) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
     if not os.environ.get("ANTHROPIC_API_KEY"):
         logging.warning("ANTHROPIC_API_KEY is not set: model calls will fail until it is")
     logging.info("worker on task queue %s", task_queue())
     try:
-        await worker.run()
+        await telemetry.run_beside(metrics, worker.run())
     finally:
         await mcp.aclose()  # ends the MCP servers it started
+        telemetry.flush_traces()
 
 
 if __name__ == "__main__":

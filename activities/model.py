@@ -26,6 +26,7 @@ from activities.deltas import Deltas
 from activities.errors import PROMPT_TOO_LONG, TRANSCRIPT_MISSING
 from activities.providers import ModelTurn, Provider, ProviderCall, resolve
 from activities.providers.anthropic import AnthropicProvider
+from activities.telemetry import model_call_telemetry
 from activities.transcript import TranscriptMissing, TranscriptStore, open_store
 from activities.types import ModelReply, ModelRequest, ToolSpec, tool_specs_text
 
@@ -53,6 +54,7 @@ class ModelActivities:
         self._specs: dict[str, list[ToolSpec]] = {}  # tool specs by their hash: read once
 
     @activity.defn(name="call_model")
+    @model_call_telemetry
     async def call_model(self, request: ModelRequest) -> ModelReply:
         """Call the model with the session's transcript plus the new messages."""
         provider, model = resolve(request.model, self._providers)

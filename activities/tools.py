@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from temporalio import activity
 
+from activities.telemetry import tool_call_telemetry
 from activities.transcript import TranscriptStore, open_store
 from activities.types import ToolOutcome, ToolPolicy, ToolRequest, ToolSpec
 
@@ -196,6 +197,7 @@ class ToolActivities:
         return None
 
     @activity.defn(name="run_tool")
+    @tool_call_telemetry
     async def run_tool(self, request: ToolRequest) -> ToolOutcome:
         """Run one tool call; its errors become an is_error outcome."""
         started = time.monotonic()

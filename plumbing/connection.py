@@ -27,6 +27,7 @@ from activities.keyring import Keyring, keyring_from_env
 from plumbing.codec import EncryptionCodec
 from plumbing.errors import Unreachable
 from plumbing.payload_store import LocalFileDriver, s3_driver
+from plumbing.telemetry import client_interceptors
 
 LARGE_PAYLOAD_BYTES = 256 * 1024
 STARTING_SERVER_WAIT = 30.0
@@ -81,9 +82,12 @@ async def connect(**overrides) -> Client:
 
     A server that is still starting ("Frontend is not healthy yet") is waited for, up to
     `STARTING_SERVER_WAIT`; any other failure is `Unreachable` at once. A malformed
-    setting (`AGENT_PAYLOAD_KEYS`, `AGENT_STORE_URL`) raises ConfigError.
+    setting (`AGENT_PAYLOAD_KEYS`, `AGENT_STORE_URL`) raises ConfigError. With tracing on
+    (plumbing/telemetry.py) the client carries the tracing interceptor, and so does every
+    worker built from it.
     """
     config = {"data_converter": None, **connect_config(), **overrides}
+    config.setdefault("interceptors", client_interceptors())
     converter = config.pop("data_converter") or data_converter()
     deadline = asyncio.get_running_loop().time() + STARTING_SERVER_WAIT
     while True:

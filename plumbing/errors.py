@@ -8,7 +8,8 @@
     ├── NoWorker           no worker answered in time
     ├── Rejected           the session refused an action (its validator said why)
     │   └── InvalidInput   ... because a payload broke a schema (an edited tool input)
-    └── BadRequest         the caller's own mistake (arguments, files, payloads)
+    ├── BadRequest         the caller's own mistake (arguments, files, payloads)
+    └── BadConfiguration   the process's settings cannot work (OTEL_* values, a metrics port in use)
 """
 
 from __future__ import annotations
@@ -52,3 +53,7 @@ class InvalidInput(Rejected):
 
 class BadRequest(AgentError):
     pass
+
+
+class BadConfiguration(AgentError):
+    """A process setting that cannot work: an unknown OTEL_TRACES_EXPORTER, a metrics port in use."""

@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
     from temporalio.contrib.workflow_streams import WorkflowStream
 
-    from workflows import actions
+    from workflows import actions, telemetry
     from workflows.events import EVENT_TOPIC, Answered, ContinuedAsNew, UserMessageTaken
     from workflows.model_calls import ModelCaller
     from workflows.session import Finished, HandOver, Session, describe_failure, fmt_duration
@@ -55,14 +55,20 @@ class AgentWorkflow:
     @workflow.run
     async def run(self, input: SessionInput) -> SessionStatus:
         self.session.view.changed()
-        try:
-            await self._session()
-        except asyncio.CancelledError:
-            # The workflow itself was cancelled (the Temporal UI's Cancel button).
-            self.session.finish("cancelled", error="cancelled from Temporal")
-        except HandOver:
+        telemetry.session_started(self.session)
+        handover = False
+        with telemetry.session_span(self.session):
+            try:
+                await self._session()
+            except asyncio.CancelledError:
+                # The workflow itself was cancelled (the Temporal UI's Cancel button).
+                self.session.finish("cancelled", error="cancelled from Temporal")
+            except HandOver:
+                handover = True  # after the run's span has ended: continue-as-new ends this code
+        if handover:
             await self._continue_as_new()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        telemetry.session_ended(self.session)
         return self.session.view.snapshot()
 
     # ---- queries and control -------------------------------------------------------------

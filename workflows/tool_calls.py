@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.events import ApprovalRequested, ToolCallEnded, ToolCallStarted
     from workflows.session import HandOver, Session, describe_failure, error_type, short, was_cancelled
     from workflows.state import SETTLED
+    from workflows import telemetry
     from workflows.subagents import SubAgents
     from workflows.types import CallStatus, ToolCallRecord
 
@@ -61,6 +62,10 @@ class ToolRunner:
     async def _settle(self, call: ToolCallRecord) -> ToolResultBlock:
         if call.status in SETTLED:
             return ToolResultBlock(tool_use_id=call.tool_use_id, content=call.output or "", is_error=call.is_error)
+        with telemetry.tool_call_span(call):
+            return await self._settle_open(call)
+
+    async def _settle_open(self, call: ToolCallRecord) -> ToolResultBlock:
         if call.status == "pending" and call.ended_at is None and call.started_at is None:
             self._count_repeat(call)
             self.session.view.publish(ToolCallStarted(tool_use_id=call.tool_use_id, name=call.name, input=call.input))
@@ -108,6 +113,15 @@ class ToolRunner:
             call.status = "waiting_approval"
             self.session.view.changed()
             self.session.view.publish(ApprovalRequested(tool_use_id=call.tool_use_id, name=call.name, input=call.input))
+        with telemetry.approval_span(self.session, call):
+            await self._wait_for_decision(call)
+        if call.status == "waiting_approval":
+            raise HandOver()  # a long wait: the next run waits on
+        if call.status == "denied":
+            return self._close(call, "denied", f"denied by a person: {call.reason or 'no reason given'}")
+        return None
+
+    async def _wait_for_decision(self, call: ToolCallRecord) -> None:
         decided = lambda: call.status != "waiting_approval" or self._idle_enough_to_hand_over()  # noqa: E731
         try:
             # The timer only names the wait in the Temporal UI: the run's timeout fires first.
@@ -116,11 +130,6 @@ class ToolRunner:
             )
         except asyncio.TimeoutError:
             await workflow.wait_condition(decided)
-        if call.status == "waiting_approval":
-            raise HandOver()  # a long wait: the next run waits on
-        if call.status == "denied":
-            return self._close(call, "denied", f"denied by a person: {call.reason or 'no reason given'}")
-        return None
 
     async def _check_input(self, call: ToolCallRecord) -> str | None:
         """The input checked before anyone is asked: the error text, or None."""

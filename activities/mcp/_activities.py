@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 from activities.definitions import McpServer
 from activities.mcp import _errors
 from activities.mcp._convert import USABLE_NAME, full_name, input_error, result_text, split_name, to_spec
+from activities.telemetry import tool_call_telemetry
 from activities.tools import HEARTBEAT_EVERY_S, finish_outcome
 from activities.transcript import TranscriptStore, open_store
 from activities.types import ToolOutcome, ToolRequest, ToolSpec
@@ -68,6 +69,7 @@ class McpActivities:
         return input_error(found, request.input)
 
     @activity.defn(name="call_mcp_tool")
+    @tool_call_telemetry
     async def call_mcp_tool(self, request: ToolRequest) -> ToolOutcome:
         """Call one MCP tool; its errors become an is_error outcome, a failed server raises."""
         started = time.monotonic()

@@ -88,7 +88,12 @@ class Workers:
         data_dir: Path,
         log_dir: Path,
         task_queue: str | None = None,
+        env: dict[str, str] | None = None,
+        args: list[str] | None = None,
     ):
+        """`env` is added to each worker's environment, `args` to its command line."""
+        self.env = dict(env or {})
+        self.args = list(args or [])
         self.address = address
         self.model_url = model_url
         self.data_dir = data_dir
@@ -106,12 +111,13 @@ class Workers:
             "ANTHROPIC_API_KEY": "test-key",
             "AGENT_DATA_DIR": str(self.data_dir),
             "PYTHONUNBUFFERED": "1",
+            **self.env,
         }
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_file = self.log_dir / f"worker-{len(self.started) + 1}.log"
         with open(log_file, "ab") as out:
             process = subprocess.Popen(
-                [sys.executable, "worker.py", "--tools", TOOLS_SPEC],
+                [sys.executable, "worker.py", "--tools", TOOLS_SPEC, *self.args],
                 cwd=ROOT,
                 env=env,
                 stdout=out,
