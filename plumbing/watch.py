@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.text import Text
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.service import RPCError
 
 from activities.types import Usage
 from plumbing import sessions
@@ -222,25 +223,52 @@ async def print_header(handle: WorkflowHandle) -> None:
 
 
 async def watch(client: Client, handle: WorkflowHandle, link: str, as_json: bool = False, prompt: bool = True) -> int:
-    """Follow the session's events from the beginning until it ends; exit 0 if it completed."""
-    stream = WorkflowStreamClient.create(client, handle.id)
+    """Follow the session's events from the beginning until it ends; exit 0 if it completed.
+
+    While the session is stuck its stream cannot be read (every read is an update, which
+    the server refuses while the workflow task fails): the watch says why and reads again
+    from where it was, every few seconds, until a fixed worker runs the session."""
     watcher = Watcher(client, handle, link, prompt=prompt and not as_json)
     if not as_json:
         await print_header(handle)
     stuck = asyncio.create_task(watcher.watch_for_stuck()) if not as_json else None
-    completed = False
+    offset = 0
     try:
-        async for item in stream.subscribe(ev.TOPICS, poll_cooldown=timedelta(milliseconds=200)):
+        while True:
+            try:
+                ended = await _follow(client, handle, watcher, as_json, offset)
+                return 0 if ended == "completed" else 2
+            except _Interrupted as interrupted:
+                offset = interrupted.offset
+                await asyncio.sleep(STUCK_CHECK_EVERY_S)
+    finally:
+        if stuck is not None:
+            stuck.cancel()
+        watcher.close()
+
+
+class _Interrupted(Exception):
+    def __init__(self, offset: int):
+        self.offset = offset
+
+
+async def _follow(client: Client, handle: WorkflowHandle, watcher: Watcher, as_json: bool, offset: int) -> str:
+    """Print events from `offset` until the end event; the session's final status."""
+    stream = WorkflowStreamClient.create(client, handle.id)
+    try:
+        async for item in stream.subscribe(ev.TOPICS, from_offset=offset, poll_cooldown=timedelta(milliseconds=200)):
+            offset = item.offset + 1
             event = ev.read_event(item.topic, item.data)
             if as_json:
                 print(json.dumps({"topic": item.topic, "offset": item.offset, **event.model_dump(mode="json")}), flush=True)
             else:
                 watcher.show(event)
             if isinstance(event, ev.SessionEnded):
-                completed = event.status == "completed"
-                break
-    finally:
-        if stuck is not None:
-            stuck.cancel()
-        watcher.close()
-    return 0 if completed else 2
+                return event.status
+    except RPCError as err:
+        if "failed state" not in err.message:
+            raise
+        if as_json:  # standard output carries session events only
+            print(f"session {handle.id} is stuck ({err.message}); reading again", file=sys.stderr, flush=True)
+        raise _Interrupted(offset) from None
+    return "unknown"

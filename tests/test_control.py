@@ -147,6 +147,8 @@ async def test_a_session_whose_workflow_task_keeps_failing_is_stuck_until_a_fixe
         code, out, _ = await run_cli(harness, "list", "--json")
         rows = {json.loads(line)["session_id"]: json.loads(line) for line in out.splitlines()}
         assert rows[session_id]["status"] == "stuck"
+        watched = await _watch_until(harness, session_id, "stuck:")
+        assert "a bug in the loop" in watched
     # The fixed worker (the real workflow) carries the session on from its history.
     fixed = build_worker(client, TOOLS, queue=harness.task_queue, model=model_activities(fake_model, data_dir))
     async with fixed:
@@ -156,6 +158,35 @@ async def test_a_session_whose_workflow_task_keeps_failing_is_stuck_until_a_fixe
            "`status`, `list` and `watch` show `stuck` with the task's error and since when; a fixed worker "
            "carries the session on to the end",
            {"message": snapshot["stuck"]["message"]})  # fmt: skip
+
+
+async def _watch_until(harness: Harness, session_id: str, needle: str, timeout: float = 30) -> str:
+    """What `watch` printed until `needle` appeared; the watch is then ended by its PID."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    from tests.test_watch import cli_env
+
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "client.py", "watch", session_id, "--no-prompt", cwd=ROOT, env=cli_env(harness),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    seen = ""
+    try:
+        async with asyncio.timeout(timeout):
+            while needle not in seen:
+                line = await process.stdout.readline()
+                if not line:
+                    break
+                seen += line.decode()
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        await process.wait()
+    assert needle in seen, seen
+    return seen
 
 
 async def _stuck(harness: Harness, session_id: str, timeout: float = 60) -> dict:
