@@ -312,6 +312,18 @@ def _attr_name(kind: str) -> str:
     return "".join(part.lower() + "_" for part in kind.split("_")) + "event_attributes"
 
 
+async def holder(handle: WorkflowHandle, workers: list[WorkerProcess]) -> WorkerProcess:
+    """The worker process the session is on: its running activity's, else its last workflow task's."""
+    description = await handle.describe()
+    identities = [a.last_worker_identity for a in description.raw_description.pending_activities]
+    if not any(identities):
+        events = await events_of(handle)
+        tasks = [e for e in events if e.type == "WORKFLOW_TASK_STARTED"]
+        identities = [tasks[-1].raw.workflow_task_started_event_attributes.identity]
+    pid = int([i for i in identities if i][-1].split("@")[0])
+    return next(w for w in workers if w.pid == pid)
+
+
 def first_after(events: list[Event], epoch: float, type: str, activity: str | None = None) -> Event:
     for event in events:
         if event.type == type and (activity is None or event.activity == activity) and event.epoch >= epoch:
