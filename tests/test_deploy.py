@@ -7,16 +7,15 @@ Real `python worker.py --deployment NAME --build-id ID` processes, ended by PID.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from temporalio.api.workflowservice.v1 import SetWorkerDeploymentCurrentVersionRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from fakemodel import FakeModelServer
@@ -34,7 +33,6 @@ from tests.support.procs import (
     wait_until,
 )
 from tests.support.reliability import record
-from temporalio.api.workflowservice.v1 import SetWorkerDeploymentCurrentVersionRequest
 from workflows.agent import AgentWorkflow
 from workflows.types import Decision
 
