@@ -30,7 +30,12 @@ with workflow.unsafe.imports_passed_through():
     from workflows.types import CallStatus, ToolCallRecord
 
 TOOL_START_TO_CLOSE = timedelta(minutes=10)
-HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+# Activities heartbeat every second; a dead worker's model call or tool is noticed this
+# long after its last heartbeat, so the next step starts about 4 s after a kill -9
+# (tests/test_crash.py). The heartbeats are as many as with 10 s; the server's timers
+# fire more often: about 10% more server CPU with 200 sessions (bench/failover_load.py).
+# Changing it changes no command: recorded histories replay.
+HEARTBEAT_TIMEOUT = timedelta(seconds=3)
 LOCAL_TIMEOUT = timedelta(seconds=30)
 LOCAL_TOOL_TIMEOUT = timedelta(seconds=30)
 REPEAT_NOTE_AT = 3

@@ -58,6 +58,21 @@ class WorkerProcess:
         self.process.wait(timeout=10)
         return at
 
+    def terminate(self) -> float:
+        """SIGTERM by PID (the worker drains); returns the wall-clock time it was sent."""
+        at = time.time()
+        os.kill(self.pid, signal.SIGTERM)
+        return at
+
+    async def exited(self, timeout: float = 60) -> float:
+        """Wait until the process has exited and is reaped; the wall-clock time it was seen gone."""
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"worker {self.pid} still running {timeout:g} s after SIGTERM:\n{self.log()}")
+            await asyncio.sleep(0.02)
+        return time.time()
+
     def stop(self) -> None:
         """SIGTERM by PID, then SIGKILL if it lingers; always reaped."""
         if not self.alive():
@@ -101,7 +116,8 @@ class Workers:
         self.task_queue = task_queue or f"proc-{uuid.uuid4().hex[:10]}"
         self.started: list[WorkerProcess] = []
 
-    def start(self) -> WorkerProcess:
+    def start(self, *args: str) -> WorkerProcess:
+        """A `python worker.py` process; `args` are more of its flags."""
         env = {
             **os.environ,
             "TEMPORAL_ADDRESS": self.address,
@@ -117,7 +133,7 @@ class Workers:
         log_file = self.log_dir / f"worker-{len(self.started) + 1}.log"
         with open(log_file, "ab") as out:
             process = subprocess.Popen(
-                [sys.executable, "worker.py", "--tools", TOOLS_SPEC, *self.args],
+                [sys.executable, "worker.py", "--tools", TOOLS_SPEC, *self.args, *args],
                 cwd=ROOT,
                 env=env,
                 stdout=out,
@@ -302,6 +318,18 @@ def _attr_name(kind: str) -> str:
     return "".join(part.lower() + "_" for part in kind.split("_")) + "event_attributes"
 
 
+async def holder(handle: WorkflowHandle, workers: list[WorkerProcess]) -> WorkerProcess:
+    """The worker process the session is on: its running activity's, else its last workflow task's."""
+    description = await handle.describe()
+    identities = [a.last_worker_identity for a in description.raw_description.pending_activities]
+    if not any(identities):
+        events = await events_of(handle)
+        tasks = [e for e in events if e.type == "WORKFLOW_TASK_STARTED"]
+        identities = [tasks[-1].raw.workflow_task_started_event_attributes.identity]
+    pid = int([i for i in identities if i][-1].split("@")[0])
+    return next(w for w in workers if w.pid == pid)
+
+
 def first_after(events: list[Event], epoch: float, type: str, activity: str | None = None) -> Event:
     for event in events:
         if event.type == type and (activity is None or event.activity == activity) and event.epoch >= epoch:
@@ -325,9 +353,9 @@ class ProcessHarness:
     def task_queue(self) -> str:
         return self.workers.task_queue
 
-    async def worker(self, *, ready: bool = True) -> WorkerProcess:
-        """Start a worker process; with `ready`, wait until it polls the task queue."""
-        worker = self.workers.start()
+    async def worker(self, *args: str, ready: bool = True) -> WorkerProcess:
+        """Start a worker process (`args`: more flags); with `ready`, wait until it polls the task queue."""
+        worker = self.workers.start(*args)
         if ready:
             await wait_polling(self.client, worker)
         return worker
