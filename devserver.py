@@ -6,6 +6,8 @@ Web UI is on http://localhost:8233. With `AGENT_PAYLOAD_KEYS` set, a codec endpo
 `--with-s3` also runs a local S3 server (SeaweedFS) and prints the environment that
 points workers and clients at it, to try several "hosts" on one machine. The server
 logic lives in `plumbing/devserver.py` and `plumbing/seaweed.py`.
+It runs with the queue poll limits raised for agent latency; `--default-settings` runs
+Temporal's defaults instead (a reference for measurements).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ def main() -> None:
     parser.add_argument("--codec-port", type=int, default=8234, help="codec endpoint port, with AGENT_PAYLOAD_KEYS (default 8234)")
     parser.add_argument("--with-s3", action="store_true", help="also run a local S3 server for AGENT_STORE_URL")
     parser.add_argument("--s3-port", type=int, default=8333, help="its S3 port, with --with-s3 (default 8333)")
+    parser.add_argument("--default-settings", action="store_true",
+                        help="Temporal's default server settings, not the tuned ones")  # fmt: skip
+    parser.add_argument("--gomaxprocs", type=int, help="GOMAXPROCS for the server (default: the Go runtime's)")
     args = parser.parse_args()
     data = Path(os.environ.get("AGENT_DATA_DIR", ".agent-data")).resolve()
     data.mkdir(parents=True, exist_ok=True)
@@ -53,6 +58,7 @@ def main() -> None:
     server = devserver.start(
         port=args.port, ui_port=args.ui_port, db_file=data / "temporal.db", log_file=data / "temporal.log",
         codec_endpoint=f"http://127.0.0.1:{args.codec_port}" if encrypted else None,
+        tuned=not args.default_settings, gomaxprocs=args.gomaxprocs,
     )  # fmt: skip
     print(f"Temporal dev server on {server.address}, Web UI http://localhost:{args.ui_port} (pid {server.pid})")
     try:

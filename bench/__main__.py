@@ -1,9 +1,12 @@
-"""`python -m bench [--quick] [--out DIR] [--only a,b]`: the benchmarks, side by side.
+"""`python -m bench [--quick] [--scale] [--out DIR] [--only a,b]`: the benchmarks, side by side.
 
-Starts its own Temporal dev server (headless, a fresh database), the fake Messages API
-server in its own process, one worker process per contender, then runs the three
-scenarios and writes `benchmarks.md` and the history plot to `--out` (default docs/).
-Every process it starts is stopped by its PID at the end.
+Starts its own Temporal dev server (headless, a fresh database, the bundled server's
+tuned settings), the fake Messages API server in its own process, one worker process
+per contender, then runs the scenarios and writes `benchmarks.md` and the history plot
+to `--out` (default docs/). Then, for reference, the same contenders once more on a
+dev server with Temporal's default settings (one session; round trips of the server
+alone on both). `--scale` adds 1,000 sessions at once with a slow model. Every process
+it starts is stopped by its PID at the end.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from plumbing import devserver
-from bench import report, scenarios
+from bench import probe, report, scenarios
 from bench.contenders import CORE, OPTIONAL, FakeModel, make
 from bench.procs import ROOT, Child
 
@@ -32,7 +35,15 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
     parser.add_argument("--out", type=Path, default=ROOT / "docs", help="where the page and plot go")
     parser.add_argument("--only", help="comma-separated contenders (default: all available)")
-    parser.add_argument("--scenarios", default="single,many,history", help="which scenarios to run")
+    parser.add_argument("--scenarios", default="single,many,history",
+                        help="which scenarios to run (single, many, history, scale)")  # fmt: skip
+    parser.add_argument("--scale", action="store_true", help="add the scale scenario (1,000 sessions, slow model)")
+    parser.add_argument("--server", choices=("tuned", "default"), default="tuned",
+                        help="the dev server's settings for the main run (default: tuned)")  # fmt: skip
+    parser.add_argument("--gomaxprocs", type=int, help="GOMAXPROCS for the dev server (default: the runtime's)")
+    parser.add_argument("--no-reference", action="store_true", help="skip the reference run on a default server")
+    parser.add_argument("--render", type=Path, metavar="RESULTS_JSON",
+                        help="write the page again from a kept run's results.json, running nothing")  # fmt: skip
     parser.add_argument("--reps", type=int, help="repetitions of the timed scenarios")
     parser.add_argument("--many-reps", type=int, help="repetitions of the many-sessions scenario")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
@@ -59,12 +70,13 @@ async def run(args: argparse.Namespace) -> Path:
         cfg = replace(cfg, single_reps=args.reps, many_reps=args.reps)
     if args.many_reps:
         cfg = replace(cfg, many_reps=args.many_reps)
-    which = {s.strip() for s in args.scenarios.split(",")}
+    which = {s.strip() for s in args.scenarios.split(",")} | ({"scale"} if args.scale else set())
     work = Path(tempfile.mkdtemp(prefix="bench-"))
     env = {**os.environ, "AGENT_DATA_DIR": str(work / "data"), "PYTHONPATH": str(ROOT),
            "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
     os.environ["AGENT_DATA_DIR"] = env["AGENT_DATA_DIR"]
     started = time.monotonic()
+    load_start = _load()
 
     def log(text: str) -> None:
         print(f"[{time.monotonic() - started:6.1f}s] {text}", flush=True)
@@ -72,16 +84,20 @@ async def run(args: argparse.Namespace) -> Path:
     server = fake_child = None
     contenders = []
     results = scenarios.Results()
+    tuned = args.server == "tuned"
     try:
         log(f"work directory {work}")
-        # The dev server's default in-memory store: no disk fsync per transaction, so the
-        # figures are the orchestration's, not this machine's disk latency.
-        server = devserver.start(log_file=work / "temporal.log")
         fake_child = Child("fakemodel", ["-m", "bench.fakeserver"], env, work / "fakemodel.log")
         fake = FakeModel(await asyncio.to_thread(fake_child.wait_line))
-        log(f"dev server {server.address} (pid {server.pid}), fake model {fake.url} (pid {fake_child.pid})")
+        # The dev server's default in-memory store: no disk fsync per transaction, so the
+        # figures are the orchestration's, not this machine's disk latency.
+        server = devserver.start(log_file=work / "temporal.log", tuned=tuned, gomaxprocs=args.gomaxprocs)
+        log(f"dev server {server.address} (pid {server.pid}, {args.server} settings), "
+            f"fake model {fake.url} (pid {fake_child.pid})")  # fmt: skip
+        results.probe[args.server] = await probe.round_trips(server.address)
+        log(f"  server round trips: {_round_trips(results.probe[args.server])}")
         for key in keys:
-            contenders.append(await make(key, server.address, fake.url, env, work))
+            contenders.append(await make(key, server.address, fake.url, env, work, server.pid))
             log(f"started {key} (pid {contenders[-1].child.pid})")
         await scenarios.warm_up(contenders, fake, log)
         if "single" in which:
@@ -93,31 +109,83 @@ async def run(args: argparse.Namespace) -> Path:
         if "history" in which:
             log(f"history: sessions of {cfg.history_steps} steps with {cfg.history_output} character outputs")
             await scenarios.history(contenders, fake, cfg, results, log)
+        _stop(contenders)
+        if "scale" in which:
+            log(f"scale: {cfg.scale_sessions} sessions of {cfg.scale_steps} steps at once, "
+                f"the model answering after {cfg.scale_delay_s:g} s")  # fmt: skip
+            scale_env = {**env, "BENCH_TOOL_LOG": str(work / "tool-calls.log")}
+            contenders.append(await make("project", server.address, fake.url, scale_env, work, server.pid,
+                                         scenarios.SCALE_WORKER, log_name="project-scale"))  # fmt: skip
+            await scenarios.scale(contenders[-1], fake, cfg, results, log, work / "tool-calls.log")
+            _stop(contenders)
+        server.stop()
+        if tuned and not args.no_reference:
+            server = devserver.start(log_file=work / "temporal-default.log", tuned=False, gomaxprocs=args.gomaxprocs)
+            log(f"reference: dev server {server.address} (pid {server.pid}) with Temporal's default settings")
+            results.probe["default"] = await probe.round_trips(server.address)
+            log(f"  server round trips: {_round_trips(results.probe['default'])}")
+            for key in keys:
+                contenders.append(await make(key, server.address, fake.url, env, work, server.pid,
+                                             log_name=f"{key}-default"))  # fmt: skip
+            await scenarios.warm_up(contenders, fake, log)
+            await scenarios.reference(contenders, fake, cfg, results, log)
     finally:
-        for c in contenders:
-            c.stop()
+        _stop(contenders)
         if fake_child is not None:
             fake_child.stop()
         if server is not None:
             server.stop()
     meta = {
-        "command": "python -m bench" + (" --quick" if args.quick else "")
+        "command": "python -m bench" + (" --quick" if args.quick else "") + (" --scale" if args.scale else "")
         + (f" --many-reps {args.many_reps}" if args.many_reps else "") + (f" --only {args.only}" if args.only else ""),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "duration_s": time.monotonic() - started,
         "quick": args.quick,
         "skipped": skipped,
+        "server": args.server,
+        "gomaxprocs": args.gomaxprocs,
+        "load_start": load_start,
+        "load": _load(),
     }
     page = report.write(results, cfg, keys, args.out, meta)
-    (work / "results.json").write_text(json.dumps({"config": asdict(cfg), "results": asdict(results)}, default=str))
+    saved = {"config": asdict(cfg), "results": asdict(results), "keys": keys, "meta": meta}
+    (work / "results.json").write_text(json.dumps(saved, default=str))
     log(f"wrote {page}")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return page
 
 
+def _stop(contenders: list) -> None:
+    while contenders:
+        contenders.pop().stop()
+
+
+def _round_trips(found: dict[str, float]) -> str:
+    return ", ".join(f"{kind} {ms:.1f} ms" for kind, ms in found.items())
+
+
+def _load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def render(saved: Path, out: Path) -> Path:
+    """The page again from a run's results.json (kept with `--keep`), e.g. after editing bench/analysis.md."""
+    data = json.loads(saved.read_text())
+    results = scenarios.Results(**data["results"])
+    results.history = {k: {int(n): v for n, v in found.items()} for k, found in results.history.items()}
+    cfg = scenarios.Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()})
+    return report.write(results, cfg, data["keys"], out, data["meta"])
+
+
 def main() -> None:
     args = parse()
+    if args.render:
+        print(f"wrote {render(args.render, args.out)}")
+        return
     asyncio.run(run(args))
 
 

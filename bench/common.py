@@ -35,8 +35,9 @@ def lookup_text(query: str, size: int = SMALL_OUTPUT) -> str:
     return " ".join(parts)[:size]
 
 
-def script_turns(session: str, steps: int, size: int) -> list[dict[str, Any]]:
-    """`steps` model turns that each ask for one tool call, then an answer."""
+def script_turns(session: str, steps: int, size: int, delay: float = 0) -> list[dict[str, Any]]:
+    """`steps` model turns that each ask for one tool call, then an answer; each answered
+    after `delay` seconds (the model's latency)."""
     turns: list[dict[str, Any]] = [
         {
             "text": f"Step {i}: looking it up.",
@@ -46,6 +47,9 @@ def script_turns(session: str, steps: int, size: int) -> list[dict[str, Any]]:
         for i in range(1, steps + 1)
     ]
     turns.append({"text": "Done: everything was looked up.", "usage": {"input_tokens": 100, "output_tokens": 10}})
+    if delay:
+        for turn in turns:
+            turn["delay"] = delay
     return turns
 
 

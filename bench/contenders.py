@@ -13,7 +13,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 
 from bench.common import GOAL, MODEL, SYSTEM, script_turns
-from bench.procs import Child
+from bench.procs import Child, cpu_seconds
 
 LABELS = {
     "plain": "plain loop (no durability)",
@@ -52,6 +52,21 @@ class Batch:
     wall_s: float
     outcomes: list[Outcome]
     peak_rss_mb: float | None
+    worker_cpu_s: float | None = None  # CPU time of the contender's process during the batch
+    server_cpu_s: float | None = None  # of the Temporal server (None for the plain loop)
+    rss_before_mb: float | None = None
+
+
+class CpuMeter:
+    """CPU seconds of the worker and of the server between `__init__` and `read()`."""
+
+    def __init__(self, worker_pid: int, server_pid: int | None):
+        self.pids = (worker_pid, server_pid)
+        self.start = [cpu_seconds(p) for p in self.pids]
+
+    def read(self) -> tuple[float | None, float | None]:
+        now = [cpu_seconds(p) for p in self.pids]
+        return tuple(None if a is None or b is None else b - a for a, b in zip(self.start, now))  # type: ignore[return-value]
 
 
 class FakeModel:
@@ -65,9 +80,9 @@ class FakeModel:
         with urllib.request.urlopen(req, timeout=60) as resp:
             return json.loads(resp.read())
 
-    def script(self, sessions: list[tuple[str, int, int]]) -> None:
+    def script(self, sessions: list[tuple[str, int, int]], delay: float = 0) -> None:
         for session, steps, size in sessions:
-            self._call("POST", "/_script", {"session": session, "turns": script_turns(session, steps, size)})
+            self._call("POST", "/_script", {"session": session, "turns": script_turns(session, steps, size, delay)})
 
     def starts(self) -> dict[str, list[float]]:
         found: dict[str, list[float]] = {}
@@ -84,13 +99,14 @@ class Contender:
 
     def __init__(self, key: str, child: Child, queue: str):
         self.key, self.child, self.queue = key, child, queue
+        self.server_pid: int | None = None
 
     @property
     def label(self) -> str:
         return LABELS[self.key]
 
     async def run(self, sessions: list[tuple[str, int, int]], fake: FakeModel, timeout: float,
-                  history: bool = False) -> Batch:  # fmt: skip
+                  history: bool = False, delay: float = 0) -> Batch:  # fmt: skip
         raise NotImplementedError
 
     def stop(self) -> None:
@@ -98,9 +114,11 @@ class Contender:
 
 
 class PlainContender(Contender):
-    async def run(self, sessions, fake, timeout, history=False):
-        await asyncio.to_thread(fake.script, sessions)
+    async def run(self, sessions, fake, timeout, history=False, delay=0):
+        await asyncio.to_thread(fake.script, sessions, delay)
         self.child.reset_peak()
+        rss_before = self.child.rss_mb()
+        meter = CpuMeter(self.child.pid, None)
         loop = asyncio.get_running_loop()
         started = loop.time()
         assert self.child.process.stdin and self.child.process.stdout
@@ -108,6 +126,7 @@ class PlainContender(Contender):
         self.child.process.stdin.flush()
         line = await asyncio.wait_for(asyncio.to_thread(self.child.process.stdout.readline), timeout)
         wall = loop.time() - started
+        worker_cpu, _ = meter.read()
         peak = self.child.peak_rss_mb()
         answer = json.loads(line)
         starts = await asyncio.to_thread(fake.starts)
@@ -119,7 +138,7 @@ class PlainContender(Contender):
                 Outcome(session, error is None, error, starts.get(session, []),
                         transcript_bytes=answer["transcript_bytes"].get(session))  # fmt: skip
             )
-        return Batch(wall, outcomes, peak)
+        return Batch(wall, outcomes, peak, worker_cpu, None, rss_before)
 
 
 class TemporalContender(Contender):
@@ -141,9 +160,11 @@ class TemporalContender(Contender):
         (outcome.history_json_bytes, outcome.history_proto_bytes, outcome.history_events,
          outcome.runs, outcome.largest_run_json) = sizes  # fmt: skip
 
-    async def run(self, sessions, fake, timeout, history=False):
-        await asyncio.to_thread(fake.script, sessions)
+    async def run(self, sessions, fake, timeout, history=False, delay=0):
+        await asyncio.to_thread(fake.script, sessions, delay)
         self.child.reset_peak()
+        rss_before = self.child.rss_mb()
+        meter = CpuMeter(self.child.pid, self.server_pid)
         loop = asyncio.get_running_loop()
         started = loop.time()
         handles = await asyncio.gather(*(self.start(s, n, z) for s, n, z in sessions))
@@ -156,6 +177,7 @@ class TemporalContender(Contender):
 
         results = await asyncio.gather(*(wait(h) for h in handles))
         wall = loop.time() - started
+        worker_cpu, server_cpu = meter.read()
         peak = self.child.peak_rss_mb()
         starts = await asyncio.to_thread(fake.starts)
         await asyncio.to_thread(fake.reset)
@@ -174,7 +196,7 @@ class TemporalContender(Contender):
             if history:
                 await self._measure_history(session, outcome)
             outcomes.append(outcome)
-        return Batch(wall, outcomes, peak)
+        return Batch(wall, outcomes, peak, worker_cpu, server_cpu, rss_before)
 
 
 async def _history_sizes(client: Client, session: str) -> tuple[int, int, int, int, int]:
@@ -265,13 +287,22 @@ def new_session(prefix: str) -> str:
     return f"bench-{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-async def make(key: str, address: str, fake_url: str, env: dict[str, str], logs: Path) -> Contender:
+async def make(key: str, address: str, fake_url: str, env: dict[str, str], logs: Path,
+               server_pid: int | None = None, worker_args: tuple[str, ...] = (), log_name: str | None = None,
+               ) -> Contender:  # fmt: skip
     """Start the contender's process and the client that drives it."""
+    contender = await _make(key, address, fake_url, env, logs / f"{log_name or key}.log", worker_args)
+    contender.server_pid = server_pid
+    return contender
+
+
+async def _make(key: str, address: str, fake_url: str, env: dict[str, str], log: Path,
+                worker_args: tuple[str, ...]) -> Contender:  # fmt: skip
     queue = f"bench-{key}-{uuid.uuid4().hex[:6]}"
     if key == "plain":
-        child = Child(key, ["-m", "bench.plain", fake_url], env, logs / f"{key}.log", stdin=True)
+        child = Child(key, ["-m", "bench.plain", fake_url], env, log, stdin=True)
     else:
-        child = Child(key, ["-m", "bench.worker", key, address, queue, fake_url], env, logs / f"{key}.log")
+        child = Child(key, ["-m", "bench.worker", key, address, queue, fake_url, *worker_args], env, log)
     ready = await asyncio.wait_for(asyncio.to_thread(child.wait_line), 120)
     if ready != "ready":
         child.stop()

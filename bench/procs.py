@@ -1,4 +1,4 @@
-"""Child processes of the harness: started, read (peak memory) and stopped by their PID."""
+"""Child processes of the harness: started, read (peak memory, CPU time) and stopped by their PID."""
 
 from __future__ import annotations
 
@@ -10,6 +10,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).absolute().parent.parent
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User plus system CPU time of a process (all its threads), from /proc."""
+    if pid is None:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 class Child:

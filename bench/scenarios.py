@@ -1,5 +1,6 @@
-"""The three scenarios. Each repetition runs every contender on the same work, in a
-rotating order, so that ratios are taken between runs made moments apart."""
+"""The scenarios. Each repetition runs every contender on the same work, in a rotating
+order, so that ratios are taken between runs made moments apart. `scale` runs this
+project alone: 1,000 sessions at once against a model that takes a second to answer."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import asyncio
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
+
+from pathlib import Path
 
 from bench.common import SMALL_OUTPUT, intervals, percentile
 from bench.contenders import Batch, Contender, FakeModel, new_session
@@ -22,13 +25,33 @@ class Config:
     history_steps: tuple[int, ...] = (50, 100, 200)
     history_output: int = 5000
     timeout_s: float = 300
-    # Back to back, the dev server gives steps a 50 ms quantum for a few seconds after a
-    # workflow closes; every measured run starts after this pause, so each starts alike.
+    scale_sessions: int = 1000
+    scale_steps: int = 10
+    scale_delay_s: float = 1.0
+    scale_timeout_s: float = 1800
+    # With Temporal's default poll limits, the server's queues allow a burst of polls and
+    # then 20 a second: a closing workflow spends some of that burst, and the next run's
+    # steps show a 50 ms quantum. Every measured run starts after this pause, so each
+    # starts alike on either server.
     settle_s: float = 3.0
 
 
 QUICK = Config(single_steps=10, single_reps=2, many_sessions=20, many_steps=3, many_reps=1,
-               history_steps=(5, 10, 20), history_output=5000, timeout_s=60, settle_s=1.0)  # fmt: skip
+               history_steps=(5, 10, 20), history_output=5000, timeout_s=60, settle_s=1.0,
+               scale_sessions=100, scale_steps=3, scale_delay_s=0.5, scale_timeout_s=120)  # fmt: skip
+
+# This project's worker for the scale scenario (bench/worker.py flags). Every session in
+# flight stays in the workflow cache (an evicted one is replayed from its history at its
+# next step), and every one can have its model call in flight: a call waiting on the
+# model holds an activity slot, and with the SDK's default of 100 slots the tool calls
+# queue behind the model calls. Async activities make a slot cheap.
+SCALE_WORKER = (
+    "--max-cached-workflows", "1500",
+    "--max-concurrent-activities", "1500",
+    "--max-concurrent-workflow-tasks", "200",
+    "--workflow-pollers", "10",
+    "--activity-pollers", "10",
+)  # fmt: skip
 
 
 @dataclass
@@ -39,10 +62,24 @@ class Results:
     # contender -> steps -> {"json": bytes, "proto": bytes, "events": n, "transcript": bytes, "error": str}
     history: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    # server settings ("tuned", "default") -> round trip kind -> median ms
+    probe: dict[str, dict[str, float]] = field(default_factory=dict)
+    # one session on a dev server with Temporal's default settings: figure -> contender -> values
+    reference: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    scale: dict[str, Any] = field(default_factory=dict)
 
 
 def _put(table: dict[str, dict[str, list[float]]], figure: str, key: str, value: float | None) -> None:
     table.setdefault(figure, {}).setdefault(key, []).append(float("nan") if value is None else value)
+
+
+def _put_cpu(table: dict[str, dict[str, list[float]]], key: str, batch: Batch, steps: int) -> None:
+    """CPU milliseconds per step: the worker's, the server's and both."""
+    worker = None if batch.worker_cpu_s is None else batch.worker_cpu_s * 1000 / steps
+    server = None if batch.server_cpu_s is None else batch.server_cpu_s * 1000 / steps
+    _put(table, "worker_cpu_ms", key, worker)
+    _put(table, "server_cpu_ms", key, server)
+    _put(table, "cpu_ms", key, None if worker is None else worker + (server or 0))
 
 
 def _rotated(contenders: list[Contender], rep: int) -> list[Contender]:
@@ -83,6 +120,7 @@ async def single(contenders: list[Contender], fake: FakeModel, cfg: Config, resu
             _put(results.single, "median_ms", c.key, medians[c.key])
             _put(results.single, "p99_ms", c.key, percentile(steps, 99) * 1000)
             _put(results.single, "mean_ms", c.key, batch.wall_s / cfg.single_steps * 1000)
+            _put_cpu(results.single, c.key, batch, cfg.single_steps)
         plain = medians.get("plain")
         for c in contenders:
             if c.key != "plain":
@@ -109,6 +147,7 @@ async def many(contenders: list[Contender], fake: FakeModel, cfg: Config, result
             _put(results.many, "median_ms", c.key, statistics.median(steps) * 1000 if steps else None)
             _put(results.many, "peak_rss_mb", c.key, batch.peak_rss_mb)
             _put(results.many, "wall_s", c.key, batch.wall_s)
+            _put_cpu(results.many, c.key, batch, done)
             line.append(f"{c.key} {done / batch.wall_s:.0f}/s")
         log(f"  many rep {rep + 1}: " + ", ".join(line))
 
@@ -132,3 +171,65 @@ async def history(contenders: list[Contender], fake: FakeModel, cfg: Config, res
         log(f"  history: {c.key} " + ", ".join(
             f"{n} steps {(v['json'] or v['transcript'] or 0) / 1e6:.2f} MB" + (" (failed)" if v["error"] else "")
             for n, v in found.items()))  # fmt: skip
+
+
+async def reference(contenders: list[Contender], fake: FakeModel, cfg: Config, results: Results, log) -> None:
+    """One session of N steps per contender, once: the figures on a server with default settings."""
+    medians: dict[str, float] = {}
+    for c in contenders:
+        await asyncio.sleep(cfg.settle_s)
+        batch = await c.run([(new_session(f"ref-{c.key}"), cfg.single_steps, SMALL_OUTPUT)], fake, cfg.timeout_s)
+        if _note_errors(results, c, batch, "reference session"):
+            continue
+        steps = intervals(batch.outcomes[0].step_starts)
+        medians[c.key] = statistics.median(steps) * 1000
+        _put(results.reference, "median_ms", c.key, medians[c.key])
+        _put(results.reference, "p99_ms", c.key, percentile(steps, 99) * 1000)
+        _put_cpu(results.reference, c.key, batch, cfg.single_steps)
+    for key, value in medians.items():
+        if key != "plain" and "plain" in medians:
+            _put(results.reference, "overhead_ms", key, value - medians["plain"])
+    log("  reference: " + ", ".join(f"{k} {v:.1f} ms" for k, v in medians.items()))
+
+
+def _tool_results(tool_log: Path) -> dict[tuple[str, int], float]:
+    """(session, step) -> when the tool call of that step returned, from the tool's log."""
+    found: dict[tuple[str, int], float] = {}
+    if not tool_log.exists():
+        return found
+    for line in tool_log.read_text().splitlines():
+        at, session, step = line.split(" ")
+        found[(session, int(step.lstrip("q")))] = float(at)
+    return found
+
+
+async def scale(c: Contender, fake: FakeModel, cfg: Config, results: Results, log, tool_log: Path) -> None:
+    """Many sessions at once with a slow model: nothing lost, memory per session, the
+    orchestration gap (a tool's result to the session's next model request) under load."""
+    n, steps = cfg.scale_sessions, cfg.scale_steps
+    sessions = [(new_session("scale"), steps, SMALL_OUTPUT) for _ in range(n)]
+    batch = await c.run(sessions, fake, cfg.scale_timeout_s, delay=cfg.scale_delay_s)
+    failed = _note_errors(results, c, batch, "scale")
+    tools = _tool_results(tool_log)
+    gaps = []
+    for o in batch.outcomes:
+        for step, start in enumerate(sorted(o.step_starts)[1:], start=1):
+            if (o.session, step) in tools:
+                gaps.append((start - tools[(o.session, step)]) * 1000)
+    done = (n - failed) * steps
+    grown = None if batch.peak_rss_mb is None or batch.rss_before_mb is None else batch.peak_rss_mb - batch.rss_before_mb
+    results.scale = {
+        "sessions": n, "steps": steps, "delay_s": cfg.scale_delay_s, "completed": n - failed, "failed": failed,
+        "wall_s": batch.wall_s, "steps_per_s": done / batch.wall_s,
+        "gap_p50_ms": percentile(gaps, 50), "gap_p99_ms": percentile(gaps, 99),
+        "gap_max_ms": max(gaps) if gaps else float("nan"), "gaps": len(gaps),
+        "rss_before_mb": batch.rss_before_mb, "peak_rss_mb": batch.peak_rss_mb,
+        "kb_per_session": None if grown is None else grown * 1024 / n,
+        "worker_cpu_s": batch.worker_cpu_s, "server_cpu_s": batch.server_cpu_s,
+        "worker_cpu_ms": None if batch.worker_cpu_s is None else batch.worker_cpu_s * 1000 / max(done, 1),
+        "server_cpu_ms": None if batch.server_cpu_s is None else batch.server_cpu_s * 1000 / max(done, 1),
+        "worker_flags": " ".join(SCALE_WORKER),
+    }  # fmt: skip
+    r = results.scale
+    log(f"  scale: {r['completed']}/{n} completed, {r['steps_per_s']:.0f} steps/s, gap p50 {r['gap_p50_ms']:.0f} ms "
+        f"p99 {r['gap_p99_ms']:.0f} ms, peak RSS {r['peak_rss_mb']:.0f} MB")  # fmt: skip

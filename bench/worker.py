@@ -1,22 +1,44 @@
-"""`python -m bench.worker CONTENDER ADDRESS QUEUE FAKE_URL`: one contender's worker process.
+"""`python -m bench.worker CONTENDER ADDRESS QUEUE FAKE_URL [OPTIONS]`: one contender's worker process.
 
 Contenders: `floor`, `project` (every tool a regular activity), `project-local` (the
 tool as a local activity), `pydantic-ai`. It prints "ready" once it polls, and stops on
-SIGTERM. The harness reads its peak memory from /proc.
+SIGTERM. The harness reads its peak memory and CPU time from /proc.
+
+The options set this project's worker for many sessions at once (the scale scenario);
+without them every contender runs with the SDK's defaults (a workflow cache of 1000,
+100 workflow task and 100 activity slots, 5 pollers of each kind).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import signal
-import sys
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 
-async def build(contender: str, address: str, queue: str, fake_url: str) -> Worker:
+def worker_options(args: argparse.Namespace) -> dict:
+    """The Worker options the flags set; the SDK's defaults for the others."""
+    from temporalio.worker import PollerBehaviorSimpleMaximum
+
+    options: dict = {}
+    if args.max_cached_workflows is not None:
+        options["max_cached_workflows"] = args.max_cached_workflows
+    if args.max_concurrent_activities is not None:
+        options["max_concurrent_activities"] = args.max_concurrent_activities
+    if args.max_concurrent_workflow_tasks is not None:
+        options["max_concurrent_workflow_tasks"] = args.max_concurrent_workflow_tasks
+    if args.workflow_pollers is not None:
+        options["workflow_task_poller_behavior"] = PollerBehaviorSimpleMaximum(args.workflow_pollers)
+    if args.activity_pollers is not None:
+        options["activity_task_poller_behavior"] = PollerBehaviorSimpleMaximum(args.activity_pollers)
+    return options
+
+
+async def build(contender: str, address: str, queue: str, fake_url: str, options: dict) -> Worker:
     if contender == "floor":
         from bench.floor import FloorWorkflow, floor_model, floor_tool
 
@@ -38,7 +60,7 @@ async def build(contender: str, address: str, queue: str, fake_url: str) -> Work
             client=anthropic.AsyncAnthropic(base_url=fake_url, api_key="bench-key", max_retries=0),
         )
         tools = LOCAL if contender == "project-local" else REGULAR
-        return build_worker(client, tools, queue=queue, model=model)
+        return build_worker(client, tools, queue=queue, model=model, **options)
     if contender == "pydantic-ai":
         os.environ["BENCH_FAKE_URL"] = fake_url
         from pydantic_ai.durable_exec.temporal import AgentPlugin, PydanticAIPlugin
@@ -53,9 +75,22 @@ async def build(contender: str, address: str, queue: str, fake_url: str) -> Work
     raise SystemExit(f"unknown contender {contender!r}")
 
 
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.worker")
+    for name in ("contender", "address", "queue", "fake_url"):
+        parser.add_argument(name)
+    for flag in ("max-cached-workflows", "max-concurrent-activities", "max-concurrent-workflow-tasks",
+                 "workflow-pollers", "activity-pollers"):  # fmt: skip
+        parser.add_argument(f"--{flag}", type=int)
+    return parser.parse_args()
+
+
 async def main() -> None:
-    contender, address, queue, fake_url = sys.argv[1:5]
-    worker = await build(contender, address, queue, fake_url)
+    args = parse()
+    options = worker_options(args)
+    if options and args.contender not in ("project", "project-local"):
+        raise SystemExit("worker options apply to this project's worker only")
+    worker = await build(args.contender, args.address, args.queue, args.fake_url, options)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     async with worker:
