@@ -66,6 +66,8 @@ def model_call_telemetry(fn: Callable[[Any, ModelRequest], Awaitable[ModelReply]
 
     @functools.wraps(fn)
     async def traced(self: Any, request: ModelRequest) -> ModelReply:
+        if not activity.in_activity():  # called directly (a script, a test): no attempt to describe
+            return await fn(self, request)
         provider, _, bare = request.model.rpartition(":")
         with _attempt_span(f"chat {bare}", _model_attributes(request, provider or "anthropic", bare)) as span:
             reply = await _measured("model", {"model": request.model}, fn(self, request))
@@ -116,6 +118,8 @@ def tool_call_telemetry(fn: Callable[[Any, ToolRequest], Awaitable[ToolOutcome]]
 
     @functools.wraps(fn)
     async def traced(self: Any, request: ToolRequest) -> ToolOutcome:
+        if not activity.in_activity():  # called directly (a script, a test): no attempt to describe
+            return await fn(self, request)
         with _attempt_span(f"run_tool {request.name}", _tool_attributes(request)) as span:
             outcome = await _measured("tool", {"tool": request.name}, fn(self, request), _tool_outcome)
             if span is not None:
