@@ -50,9 +50,11 @@ class ApiProcess:
     port: int
 
     def restart(self) -> ApiProcess:
-        """Stop this process and start another on the same port (the page's cookie stays valid)."""
+        """Stop this process and start another on the same port (the page's cookie stays
+        valid). This object then holds the new process, so whoever stops it ends that one."""
         self.stop()
-        return start_api(self.env, self.log_file, self.port)
+        self.process = start_api(self.env, self.log_file, self.port).process
+        return self
 
     def stop(self) -> None:
         if self.process.poll() is None:
