@@ -318,3 +318,28 @@ def test_tracing_off_imports_no_sdk():
     done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+# ---- eviction --------------------------------------------------------------------------
+
+
+async def test_a_run_closed_after_eviction_logs_no_context_error(spans: InMemorySpanExporter, caplog):
+    """A run dropped from the worker's cache may be closed later by the garbage collector,
+    from another context: its open spans neither end nor log OpenTelemetry's 'Failed to
+    detach context' (one ERROR line per open span, on every eviction, in an operator's logs)."""
+    import contextvars
+    import logging
+
+    from workflows.telemetry import _span
+
+    async def run() -> None:
+        with _span("evicted", {}):
+            with _span("evicted inner", {}):
+                await asyncio.Event().wait()
+
+    coro = run()
+    contextvars.copy_context().run(coro.send, None)  # the run's own context enters both spans
+    with caplog.at_level(logging.ERROR, logger="opentelemetry.context"):
+        coro.close()  # GeneratorExit, thrown in from this (another) context
+    assert [r.getMessage() for r in caplog.records] == []
+    assert not [s for s in spans.get_finished_spans() if s.name.startswith("evicted")], "the run goes on elsewhere"

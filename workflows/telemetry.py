@@ -34,25 +34,52 @@ def _agent(session: Session) -> str:
 
 
 @contextmanager
+def _attached(ctx: Any) -> Iterator[None]:
+    """Make an OpenTelemetry context current for the block.
+
+    A run dropped from the worker's cache can be closed later by the garbage collector,
+    from another context (GeneratorExit at its await): the run's context goes with it, so
+    there is nothing to detach, and detaching would log "Failed to detach context".
+    """
+    from opentelemetry import context
+
+    token = context.attach(ctx)
+    try:
+        yield
+    finally:
+        if context.get_current() is ctx:
+            context.detach(token)
+
+
+@contextmanager
 def _span(name: str, attributes: dict[str, Any]) -> Iterator[Any | None]:
     """A span that is current for the block; None (and nothing imported) when tracing is off."""
     found = tracer()
     if found is None:
         yield None
         return
+    from opentelemetry import trace
+
     # The contrib leaves a span unended when an exception was recorded on it (so that a
     # failing workflow task does not emit it once per retry): only a bug is recorded.
-    # A cancel, a hand-over or the end of the loop pass through a span that ends.
-    with found.start_as_current_span(
-        name, attributes=attributes, record_exception=False, set_status_on_exception=False
-    ) as span:
+    # A cancel, a hand-over or the end of the loop pass through a span that ends; a run
+    # closed after an eviction leaves it open (the session goes on, on another worker).
+    span = found.start_span(name, attributes=attributes, record_exception=False, set_status_on_exception=False)
+    closed = False
+    with _attached(trace.set_span_in_context(span)):
         try:
             yield span
+        except GeneratorExit:
+            closed = True
+            raise
         except _ENDS_NORMALLY:
             raise
         except BaseException as err:
             span.record_exception(err)
             raise
+        finally:
+            if not closed:
+                span.end()
 
 
 @contextmanager
@@ -68,7 +95,6 @@ def session_span(session: Session) -> Iterator[None]:
     ctx = context.get_current()
     for key, value in values.items():
         ctx = baggage.set_baggage(key, value, ctx)
-    token = context.attach(ctx)
     attributes = {
         **values,
         "gen_ai.operation.name": "invoke_agent",
@@ -79,14 +105,11 @@ def session_span(session: Session) -> Iterator[None]:
         "agent.parent.session.id": session.input.parent.session_id if session.input.parent else "",
         "temporal.run.id": info.run_id,
     }
-    try:
-        with _span(f"invoke_agent {agent}", attributes) as span:
-            try:
-                yield
-            finally:
-                span.set_attributes(_ending_attributes(session))
-    finally:
-        context.detach(token)
+    with _attached(ctx), _span(f"invoke_agent {agent}", attributes) as span:
+        try:
+            yield
+        finally:
+            span.set_attributes(_ending_attributes(session))
 
 
 def _ending_attributes(session: Session) -> dict[str, Any]:
