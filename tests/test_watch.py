@@ -149,9 +149,13 @@ async def test_watch_json_lines_and_attempt_tags(harness: Harness):
     assert events[-1]["type"] == "end" and events[-1]["status"] == "completed"
     assert [e["offset"] for e in events] == sorted(e["offset"] for e in events)
     deltas = [e for e in events if e["topic"] == "delta"]
-    assert {(d["step"], d["attempt"]) for d in deltas} == {(1, 1), (1, 2)}
-    first = "".join(d["text"] for d in deltas if d["attempt"] == 1)
-    second = "".join(d["text"] for d in deltas if d["attempt"] == 2)
+    assert {(d["step"], d["attempt"]) for d in deltas if d["step"] == 1} == {(1, 1), (1, 2)}
+    # The short answer of step 2 streams no delta unless its call outlasts the delta
+    # threshold (a loaded machine): then its own text, once.
+    assert "".join(d["text"] for d in deltas if d["step"] == 2) in ("", "done")
+    assert {d["step"] for d in deltas} <= {1, 2}
+    first = "".join(d["text"] for d in deltas if (d["step"], d["attempt"]) == (1, 1))
+    second = "".join(d["text"] for d in deltas if (d["step"], d["attempt"]) == (1, 2))
     assert second == LONG and LONG.startswith(first) and first.startswith(MARKER)
     turn = next(e for e in events if e["type"] == "turn")
     assert turn["attempt"] == 2 and turn["text"] == LONG
