@@ -97,9 +97,13 @@ async def has_search_attributes(client: Client) -> bool:
 def initial_search_attributes(session_input: SessionInput) -> TypedSearchAttributes | None:
     if not session_input.search_attributes:
         return None
+    # Every attribute the workflow indexes, as its first run starts: it upserts only changes.
     return TypedSearchAttributes(
         [
             SearchAttributePair(search.AGENT_STATUS, "running"),
+            SearchAttributePair(search.AGENT_STEPS, 0),
+            SearchAttributePair(search.AGENT_TOKENS, 0),
+            SearchAttributePair(search.AGENT_PENDING_APPROVALS, 0),
             SearchAttributePair(search.AGENT_USER, session_input.user_id),
         ]
     )

@@ -207,6 +207,7 @@ async def record(names: list[str], out: Path) -> None:
     from plumbing import devserver
     from tests.conftest import model_activities
     from plumbing.connection import connect
+    from plumbing.sessions import initial_search_attributes
     from fakemodel import FakeModelServer
     from tests.support.tools import TOOLS
     from worker import build_worker
@@ -234,11 +235,13 @@ async def record(names: list[str], out: Path) -> None:
                 if "_fields" in fields:
                     fields.update(fields.pop("_fields")())
                 limits = Limits(**fields.pop("limits", {}))
+                start = SessionInput(goal=f"scenario {name}", limits=limits, **fields)
                 handle = await client.start_workflow(
                     AgentWorkflow.run,
-                    SessionInput(goal=f"scenario {name}", limits=limits, **fields),
+                    start,
                     id=session_id,
                     task_queue=queue,
+                    search_attributes=initial_search_attributes(start),  # as the client starts it
                 )
                 await steer(handle)
                 result = await asyncio.wait_for(handle.result(), 60)

@@ -76,3 +76,27 @@ async def test_list_filters_by_status_and_user(harness: Harness):
     code, out, _ = await run_cli(harness, "list", "--user", user)
     assert code == 0 and waiting in out and done in out and elsewhere not in out
     await handles[elsewhere].cancel()
+
+
+async def test_counts_alone_are_indexed_every_ten_steps_and_ten_seconds(harness: Harness):
+    """The start's attributes are not upserted again; the step and token counts alone wait for
+    10 steps and 10 s; the end indexes everything. Read from the session's own history."""
+    session = f"vis-{uuid.uuid4().hex[:8]}"
+    turns = [tool_use("get_time", id=f"t{i}") for i in range(1, 12)]
+    turns[9] = turns[9] | {"delay": 10.5}  # step 10's model call: past 10 s, at 10 steps
+    harness.script(session, [*turns, answer("done")])
+    code, out, err = await run_cli(harness, "start", "tell the time", "--session", session)
+    assert code == 0 and out.strip() == session, err
+    handle = harness.client.get_workflow_handle(session, result_type=SessionStatus)
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert (result.status, result.steps) == ("completed", 12)
+
+    upserts = []
+    async for event in handle.fetch_history_events():
+        if event.HasField("upsert_workflow_search_attributes_event_attributes"):
+            fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+            if "AgentSteps" in fields:
+                upserts.append((json.loads(fields["AgentStatus"].data), json.loads(fields["AgentSteps"].data)))
+    assert upserts == [("running", 10), ("completed", 12)]
+    described = await handle.describe()
+    assert described.typed_search_attributes.get(search.AGENT_STEPS) == 12

@@ -20,11 +20,21 @@ with workflow.unsafe.imports_passed_through():
     from workflows.types import RunStatus, SessionHistory, SessionInput, SessionStatus
 
 # A change of AgentSteps and AgentTokens alone (status, approvals and user as they were)
-# is indexed at most this often: every upsert is a write to the visibility store, and one
-# per step was the largest cost this project added to the server's work per step. Any
-# other change, and the end, index everything at once.
+# is indexed once both `COUNTS_INDEXED_EVERY` and `COUNTS_INDEXED_EVERY_STEPS` have passed,
+# and at the latest `COUNTS_STALE_AT_MOST` after the last upsert: every upsert is an event
+# and a write to the visibility store, and one per step was the largest cost this project
+# added to the server's work per step. Any other change, and the end, index everything at
+# once. A run does not upsert what it started with (the client's start, or the values the
+# previous run left when it continued as new).
 COUNTS_INDEXED_EVERY = timedelta(seconds=10)
+COUNTS_INDEXED_EVERY_STEPS = 10
+COUNTS_STALE_AT_MOST = timedelta(seconds=60)
+# Sessions whose history has neither marker upsert on every change; with the first only,
+# the counts at most every 10 s, and the run's start values again.
 COUNTS_THROTTLED = "search-attribute-counts-throttled"
+COUNTS_BY_STEPS = "search-attribute-counts-by-steps"
+INDEXED = (search.AGENT_STATUS, search.AGENT_STEPS, search.AGENT_TOKENS,
+           search.AGENT_PENDING_APPROVALS, search.AGENT_USER)  # fmt: skip
 
 
 class SessionView:
@@ -55,8 +65,7 @@ class SessionView:
             self.on_change()
 
     def _index(self, status: RunStatus) -> None:
-        """One upsert per change of status, approvals or user; the step and token counts
-        alone at most every `COUNTS_INDEXED_EVERY`."""
+        """Upsert the search attributes when they moved (see `COUNTS_INDEXED_EVERY`)."""
         if not self.input.search_attributes:
             return
         state = self.state
@@ -65,18 +74,30 @@ class SessionView:
         if values == self._indexed:
             return
         now = workflow.now()
-        if (
-            self._indexed is not None
-            and self._indexed_at is not None
-            and (values[0], *values[3:]) == (self._indexed[0], *self._indexed[3:])
-            and now - self._indexed_at < COUNTS_INDEXED_EVERY
-            and workflow.patched(COUNTS_THROTTLED)  # sessions started before upsert every step
-        ):
+        if self._indexed is None or self._indexed_at is None:
+            if values == self._start_values() and workflow.patched(COUNTS_BY_STEPS):
+                self._indexed, self._indexed_at = values, now
+                return
+        elif (values[0], *values[3:]) == (self._indexed[0], *self._indexed[3:]) and self._counts_wait(values, now):
             return
         self._indexed, self._indexed_at = values, now
-        keys = (search.AGENT_STATUS, search.AGENT_STEPS, search.AGENT_TOKENS,
-                search.AGENT_PENDING_APPROVALS, search.AGENT_USER)  # fmt: skip
-        workflow.upsert_search_attributes([k.value_set(v) for k, v in zip(keys, values)])
+        workflow.upsert_search_attributes([k.value_set(v) for k, v in zip(INDEXED, values)])
+
+    def _counts_wait(self, values: tuple[object, ...], now: datetime) -> bool:
+        """Whether a change of the step and token counts alone waits for a later upsert."""
+        assert self._indexed is not None and self._indexed_at is not None
+        since = now - self._indexed_at
+        if workflow.patched(COUNTS_BY_STEPS):
+            steps = values[1] - self._indexed[1]  # type: ignore[operator]
+            recent = since < COUNTS_INDEXED_EVERY or steps < COUNTS_INDEXED_EVERY_STEPS
+            return recent and since < COUNTS_STALE_AT_MOST
+        return since < COUNTS_INDEXED_EVERY and workflow.patched(COUNTS_THROTTLED)
+
+    @staticmethod
+    def _start_values() -> tuple[object, ...]:
+        """The search attributes this run started with, in `INDEXED`'s order (None: unset)."""
+        attributes = workflow.info().typed_search_attributes
+        return tuple(attributes.get(key) for key in INDEXED)
 
     def details(self) -> str:
         state, ending = self.state, self.state.ending
