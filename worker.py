@@ -18,7 +18,9 @@ workflow code.
 `--deployment NAME --build-id ID` registers the worker as one version of a Temporal
 Worker Deployment (README, "Deploying a new version"); without them it runs unversioned.
 SIGTERM drains: polling stops, running model calls and tools get `--drain-seconds` to
-finish, then the process exits.
+finish, then the process exits. `--max-cached-workflows`, `--max-concurrent-activities`,
+`--max-concurrent-workflow-tasks`, `--workflow-pollers` and `--activity-pollers` size the
+worker for many sessions at once (README, "Sizing a worker").
 """
 
 from __future__ import annotations
@@ -65,6 +67,51 @@ def load_tools(spec: str) -> list[Tool]:
 def load_workflow(spec: str) -> type:
     module_name, _, attr = spec.partition(":")
     return getattr(importlib.import_module(module_name), attr)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1")
+    return value
+
+
+# The worker's capacity. The SDK's defaults (1,000 cached sessions, 100 activities, 100
+# workflow tasks, 5 pollers of each kind) suit a few hundred sessions at once. A model
+# call holds its activity slot for the model's whole latency, so a worker serving N
+# sessions in flight wants about N activity slots (each is an awaiting coroutine), and a
+# cache that holds every one of them: an evicted session replays its whole history at its
+# next step. bench/analysis.md has the measurements behind the figures in the README.
+CAPACITY_FLAGS = {
+    "max_cached_workflows": "sessions kept in memory between steps (SDK default 1000)",
+    "max_concurrent_activities": "model calls and tools running at once (SDK default 100)",
+    "max_concurrent_workflow_tasks": "workflow tasks at once (SDK default 100)",
+    "workflow_pollers": "workflow task pollers (SDK default 5)",
+    "activity_pollers": "activity task pollers (SDK default 5)",
+}
+
+
+def add_capacity_flags(parser: argparse.ArgumentParser) -> None:
+    for name, help in CAPACITY_FLAGS.items():
+        parser.add_argument("--" + name.replace("_", "-"), type=_count, metavar="N", help=help)
+
+
+def capacity_options(args: argparse.Namespace) -> dict:
+    """The Worker options the capacity flags set; the SDK's defaults for the others."""
+    from temporalio.worker import PollerBehaviorSimpleMaximum
+
+    options: dict = {}
+    for name in ("max_cached_workflows", "max_concurrent_activities", "max_concurrent_workflow_tasks"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    if args.workflow_pollers is not None:
+        options["workflow_task_poller_behavior"] = PollerBehaviorSimpleMaximum(args.workflow_pollers)
+    if args.activity_pollers is not None:
+        options["activity_task_poller_behavior"] = PollerBehaviorSimpleMaximum(args.activity_pollers)
+    return options
 
 
 def deployment_config(deployment: str | None, build_id: str | None) -> WorkerDeploymentConfig | None:
@@ -149,6 +196,7 @@ def parse_args() -> argparse.Namespace:
         "--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS,
         help="on SIGTERM, seconds running model calls and tools get to finish (default: %(default)g)",
     )  # fmt: skip
+    add_capacity_flags(parser)
     # module:NAME of another workflow class, for the deploy tests' second build.
     parser.add_argument("--workflow", help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -169,6 +217,7 @@ async def main() -> None:
         worker = build_worker(
             client, tools, mcp=mcp, sandboxed=args.sandbox or None, workflow=workflow,
             deployment_config=versioning, graceful_shutdown_timeout=timedelta(seconds=args.drain_seconds),
+            **capacity_options(args),
         )  # fmt: skip
     except (Unreachable, DefinitionError, ConfigError, BadConfiguration) as err:
         print(f"error: {err}", file=sys.stderr)

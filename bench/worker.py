@@ -19,23 +19,7 @@ import signal
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-
-def worker_options(args: argparse.Namespace) -> dict:
-    """The Worker options the flags set; the SDK's defaults for the others."""
-    from temporalio.worker import PollerBehaviorSimpleMaximum
-
-    options: dict = {}
-    if args.max_cached_workflows is not None:
-        options["max_cached_workflows"] = args.max_cached_workflows
-    if args.max_concurrent_activities is not None:
-        options["max_concurrent_activities"] = args.max_concurrent_activities
-    if args.max_concurrent_workflow_tasks is not None:
-        options["max_concurrent_workflow_tasks"] = args.max_concurrent_workflow_tasks
-    if args.workflow_pollers is not None:
-        options["workflow_task_poller_behavior"] = PollerBehaviorSimpleMaximum(args.workflow_pollers)
-    if args.activity_pollers is not None:
-        options["activity_task_poller_behavior"] = PollerBehaviorSimpleMaximum(args.activity_pollers)
-    return options
+from worker import add_capacity_flags, capacity_options
 
 
 async def build(contender: str, address: str, queue: str, fake_url: str, options: dict) -> Worker:
@@ -79,15 +63,13 @@ def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.worker")
     for name in ("contender", "address", "queue", "fake_url"):
         parser.add_argument(name)
-    for flag in ("max-cached-workflows", "max-concurrent-activities", "max-concurrent-workflow-tasks",
-                 "workflow-pollers", "activity-pollers"):  # fmt: skip
-        parser.add_argument(f"--{flag}", type=int)
+    add_capacity_flags(parser)  # the project's worker's own flags
     return parser.parse_args()
 
 
 async def main() -> None:
     args = parse()
-    options = worker_options(args)
+    options = capacity_options(args)
     if options and args.contender not in ("project", "project-local"):
         raise SystemExit("worker options apply to this project's worker only")
     worker = await build(args.contender, args.address, args.queue, args.fake_url, options)

@@ -85,3 +85,16 @@ async def test_sigterm_lets_the_tool_finish_and_the_other_worker_goes_on(procs: 
             "worker exited to next model call": f"{next_call['at'] - exited_at:+.2f} s",
         },
     )
+
+
+async def test_capacity_flags_bound_what_a_worker_runs_at_once(procs: ProcessHarness):
+    """`--max-concurrent-activities 1`: two sessions' 2 s tools run one after the other."""
+    await procs.worker("--max-concurrent-activities", "1", "--max-cached-workflows", "10")
+    handles = [
+        await procs.start([tool_use("slow_upsert", {"key": f"c{i}", "seconds": 2}, id=f"c{i}"), answer("Saved.")])
+        for i in (1, 2)
+    ]
+    for handle in handles:
+        assert (await result_of(handle)).status == "completed"
+    first, second = sorted(effects_of(h.id, "slow_upsert")[0]["at"] for h in handles)
+    assert second - first >= 2.0, "with one activity slot the second tool waits for the first"
