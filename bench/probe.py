@@ -15,6 +15,7 @@ they are timed over fewer round trips (`slow_n`).
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import uuid
 from datetime import timedelta
@@ -60,13 +61,25 @@ class ProbeWorkflow:
         return times
 
 
+async def connect_when_ready(address: str, wait_s: float = 60) -> Client:
+    """Connect to a dev server that may still be starting ("Frontend is not healthy yet")."""
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while True:
+        try:
+            return await Client.connect(address)
+        except RuntimeError as err:
+            if "not healthy yet" not in str(err) or asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
 async def round_trips(address: str, n: int = 100, slow_n: int = 5, burst: int = 20) -> dict[str, float]:
     """Median round trip of each kind, in milliseconds.
 
     The server's queues allow a burst of polls above their rate limit: the first `burst`
     activity round trips are left out, so the median is the sustained figure.
     """
-    client = await Client.connect(address)
+    client = await connect_when_ready(address)
     queue = f"probe-{uuid.uuid4().hex[:6]}"
     found: dict[str, float] = {}
     async with Worker(client, task_queue=queue, workflows=[ProbeWorkflow], activities=[probe_noop, probe_flaky]):
