@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+from typing import ClassVar
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
     ExternalStorage,
+    SerializationContext,
     StorageDriver,
 )
 from temporalio.envconfig import ClientConfigProfile
@@ -59,6 +61,37 @@ def payload_driver() -> StorageDriver:
     return s3_driver(url) if url else LocalFileDriver(data_dir() / "payloads")
 
 
+class SharedPydanticPayloadConverter(PydanticPayloadConverter):
+    """The pydantic payload converter, built once per process.
+
+    With external storage on, the SDK copies the data converter for every activity and
+    every workflow task (to bind its storage context), and each copy builds a new payload
+    converter: a new one starts with an empty type-adapter cache, so every typed decode
+    built its pydantic TypeAdapter again (about 0.2 ms each, several a step). The
+    converter holds no per-context state, and its cache is thread-safe.
+    """
+
+    _shared: ClassVar[SharedPydanticPayloadConverter | None] = None
+
+    def __new__(cls) -> SharedPydanticPayloadConverter:
+        if cls._shared is None:
+            cls._shared = super().__new__(cls)
+            PydanticPayloadConverter.__init__(cls._shared)
+        return cls._shared
+
+    def __init__(self) -> None:
+        pass  # built once, in __new__
+
+    def with_context(self, context: SerializationContext) -> PydanticPayloadConverter:  # type: ignore[override]
+        # The base class would build "a new instance" with `type(self)()`: the shared one.
+        converters = self.get_converters_with_context(context)
+        if converters is None:
+            return self
+        fresh = PydanticPayloadConverter()
+        fresh._set_converters(*converters)
+        return fresh
+
+
 def data_converter(keyring: Keyring | None = None) -> DataConverter:
     """Pydantic payloads; those above 256 KB go to external storage, not into history.
 
@@ -67,10 +100,11 @@ def data_converter(keyring: Keyring | None = None) -> DataConverter:
     """
     keyring = keyring or keyring_from_env()
     storage = ExternalStorage(drivers=[payload_driver()], payload_size_threshold=LARGE_PAYLOAD_BYTES)
+    base = dataclasses.replace(pydantic_data_converter, payload_converter_class=SharedPydanticPayloadConverter)
     if keyring is None:
-        return dataclasses.replace(pydantic_data_converter, external_storage=storage)
+        return dataclasses.replace(base, external_storage=storage)
     return dataclasses.replace(
-        pydantic_data_converter,
+        base,
         external_storage=storage,
         payload_codec=EncryptionCodec(keyring),
         failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
