@@ -26,9 +26,14 @@ LOCAL = "127.0.0.1"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python api.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default=LOCAL)
-    parser.add_argument("--port", type=int, default=8080)
+    parser = argparse.ArgumentParser(
+        prog="python api.py",
+        description=__doc__.split("\n\n")[0].replace("\n", " "),
+        epilog=__doc__.split("\n\n", 1)[1].replace("\n", " ").strip(),
+    )
+    parser.add_argument("--host", default=LOCAL, help="address to listen on (default: %(default)s; without "
+                        "AGENT_API_USERS always 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     users_file = os.environ.get("AGENT_API_USERS")
