@@ -21,6 +21,7 @@ from activities.model import ModelActivities
 from activities.transcript import TranscriptStore
 from plumbing.connection import connect
 from fakemodel import FakeModelServer
+from tests.support.procs import ProcessHarness, Workers
 from tests.support.tools import TOOLS
 from worker import build_worker
 from workflows.agent import AgentWorkflow
@@ -104,6 +105,20 @@ async def harness(client: Client, fake_model: FakeModelServer, data_dir: Path) -
     worker = build_worker(client, TOOLS, queue=queue, model=model_activities(fake_model, data_dir))
     async with worker:
         yield Harness(client, fake_model, queue)
+
+
+@pytest_asyncio.fixture
+async def procs(
+    client: Client, dev_server, fake_model: FakeModelServer, data_dir: Path, tmp_path: Path
+) -> AsyncIterator[ProcessHarness]:
+    """Real `python worker.py` processes on the test server, ended by PID after the test."""
+    workers = Workers(address=dev_server.address, model_url=fake_model.url, data_dir=data_dir, log_dir=tmp_path)
+    harness = ProcessHarness(client, fake_model, workers)
+    try:
+        yield harness
+    finally:
+        await harness.close()
+        print(workers.logs())  # shown by pytest when the test failed
 
 
 def tool_use(name: str, input: dict[str, Any] | None = None, id: str | None = None, text: str = "") -> dict[str, Any]:

@@ -12,20 +12,14 @@ queue moves to the shared queue after `STICKY_TIMEOUT` (1 s, in worker.py).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-import pytest_asyncio
 from temporalio.api.enums.v1 import TimeoutType
-from temporalio.client import Client
 
-from fakemodel import FakeModelServer
 from tests.conftest import answer, tool_use
 from tests.support.procs import (
     Event,
     ProcessHarness,
-    Workers,
     effects_of,
     events_of,
     first_after,
@@ -52,19 +46,6 @@ STICKY_TIMEOUT_S = STICKY_TIMEOUT.total_seconds()
 # kill answered within 2 s (the sticky timeout and one workflow task).
 NEXT_STEP_BOUND_S = 5.0
 ANSWER_BOUND_S = 2.0
-
-
-@pytest_asyncio.fixture
-async def procs(
-    client: Client, dev_server, fake_model: FakeModelServer, data_dir: Path, tmp_path: Path
-) -> AsyncIterator[ProcessHarness]:
-    workers = Workers(address=dev_server.address, model_url=fake_model.url, data_dir=data_dir, log_dir=tmp_path)
-    harness = ProcessHarness(client, fake_model, workers)
-    try:
-        yield harness
-    finally:
-        await harness.close()
-        print(workers.logs())  # shown by pytest when the test failed
 
 
 def _secs(value: float) -> str:

@@ -8,23 +8,18 @@ Real `python worker.py --deployment NAME --build-id ID` processes, ended by PID.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-import pytest_asyncio
 from temporalio.api.workflowservice.v1 import SetWorkerDeploymentCurrentVersionRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from fakemodel import FakeModelServer
 from tests.conftest import answer, tool_use
 from tests.support.build2 import MEMO_KEY, PATCH, AgentWorkflowBuild2
 from tests.support.procs import (
     Event,
     ProcessHarness,
-    Workers,
     effects_of,
     events_of,
     result_of,
@@ -40,19 +35,6 @@ pytestmark = pytest.mark.process
 
 BUILD2_WORKFLOW = "tests.support.build2:AgentWorkflowBuild2"
 EMAIL = {"to": "a@example.com", "subject": "hi", "body": "x"}
-
-
-@pytest_asyncio.fixture
-async def procs(
-    client: Client, dev_server, fake_model: FakeModelServer, data_dir: Path, tmp_path: Path
-) -> AsyncIterator[ProcessHarness]:
-    workers = Workers(address=dev_server.address, model_url=fake_model.url, data_dir=data_dir, log_dir=tmp_path)
-    harness = ProcessHarness(client, fake_model, workers)
-    try:
-        yield harness
-    finally:
-        await harness.close()
-        print(workers.logs())  # shown by pytest when the test failed
 
 
 async def set_current(client: Client, deployment: str, build_id: str) -> None:

@@ -4,18 +4,12 @@ timeout. Real `python worker.py` processes, signalled and reaped by PID."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-import pytest_asyncio
-from temporalio.client import Client
 
-from fakemodel import FakeModelServer
 from tests.conftest import answer, tool_use
 from tests.support.procs import (
     ProcessHarness,
-    Workers,
     effects_of,
     events_of,
     first_after,
@@ -29,19 +23,6 @@ pytestmark = pytest.mark.process
 
 TOOL_SECONDS = 4.0
 HANDOVER_BOUND_S = 2.0  # the drained tool's result to the next step on the other worker
-
-
-@pytest_asyncio.fixture
-async def procs(
-    client: Client, dev_server, fake_model: FakeModelServer, data_dir: Path, tmp_path: Path
-) -> AsyncIterator[ProcessHarness]:
-    workers = Workers(address=dev_server.address, model_url=fake_model.url, data_dir=data_dir, log_dir=tmp_path)
-    harness = ProcessHarness(client, fake_model, workers)
-    try:
-        yield harness
-    finally:
-        await harness.close()
-        print(workers.logs())  # shown by pytest when the test failed
 
 
 async def test_sigterm_lets_the_tool_finish_and_the_other_worker_goes_on(procs: ProcessHarness):
