@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from temporalio.api.enums.v1 import EventType, TaskQueueType
+from temporalio.api.enums.v1 import DescribeTaskQueueMode, EventType, TaskQueueType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
@@ -187,20 +187,32 @@ async def wait_until(
 
 
 async def wait_polling(client: Client, worker: WorkerProcess, timeout: float = 60) -> None:
-    """Wait until this worker process polls its task queue (workflow and activity tasks)."""
-    kinds = (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY)
+    """Wait until this worker process polls its task queue (workflow and activity tasks).
+
+    Asked of every partition of the task queue (the enhanced describe): a worker whose
+    long polls all went to partitions other than the root is polling, but the root's own
+    list does not show it until those polls end, a minute later.
+    """
+    kinds = [TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY]
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=worker.task_queue),
+        api_mode=DescribeTaskQueueMode.DESCRIBE_TASK_QUEUE_MODE_ENHANCED,
+        task_queue_types=kinds,
+        report_pollers=True,
+    )
     deadline = time.monotonic() + timeout
     while True:
         if not worker.alive():
             raise AssertionError(f"worker {worker.pid} exited with {worker.process.returncode}:\n{worker.log()}")
-        seen = []
-        for kind in kinds:
-            request = DescribeTaskQueueRequest(
-                namespace=client.namespace, task_queue=TaskQueue(name=worker.task_queue), task_queue_type=kind
-            )
-            response = await client.workflow_service.describe_task_queue(request)
-            seen.append(any(p.identity.startswith(f"{worker.pid}@") for p in response.pollers))
-        if all(seen):
+        response = await client.workflow_service.describe_task_queue(request)
+        seen = {
+            kind
+            for version in response.versions_info.values()
+            for kind, info in version.types_info.items()
+            if any(p.identity.startswith(f"{worker.pid}@") for p in info.pollers)
+        }
+        if seen >= set(kinds):
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"worker {worker.pid} did not poll {worker.task_queue} within {timeout:g} s")
