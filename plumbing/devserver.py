@@ -14,6 +14,7 @@ retry for up to a second. `start(tuned=False)` (`python devserver.py
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket

@@ -159,3 +159,13 @@ async def test_server_stopped_while_waiting_for_approval(procs: ProcessHarness, 
         "the pending approval survived; approve sent after the restart was recorded, the email sent once",
         {"approve answered after": f"{answered:.1f} s"},
     )
+
+
+def test_gomaxprocs_reaches_the_server(tmp_path: Path):
+    """`devserver.py --gomaxprocs N` runs the server's Go runtime with GOMAXPROCS=N."""
+    server = devserver.start(log_file=tmp_path / "temporal.log", gomaxprocs=1)
+    try:
+        environ = Path(f"/proc/{server.pid}/environ").read_bytes().split(b"\0")
+        assert b"GOMAXPROCS=1" in environ
+    finally:
+        server.stop()
