@@ -244,7 +244,7 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
     add("")
     add(f"Written by `{meta['command']}` on {meta['date']} in {meta['duration_s'] / 60:.1f} minutes "
         f"(load average {meta.get('load_start', 'unknown')} at the start, {meta.get('load', 'unknown')} at the end, "
-        "on a machine other people's test suites share); "
+        "the benchmark's own processes included); "
         "every contender ran the same work in the same invocation, on the machine below. "
         "The model is the project's fake Messages API server answering at once, so only the "
         "orchestration is measured. Absolute times vary between runs on a shared machine: read the "
