@@ -13,7 +13,7 @@ import os
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from pydantic import ValidationError
 from temporalio.client import Client
@@ -24,6 +24,7 @@ from activities.config import ConfigError
 from activities.definitions import DefinitionError, Definitions, load_definitions
 from activities.providers import split
 from plumbing import agents, render, schedules, sessions
+from plumbing.args import json_object, positive_float, positive_int
 from plumbing.fork import forked_input
 from plumbing.watch import watch as follow
 from plumbing.connection import connect, task_queue
@@ -42,36 +43,6 @@ def ui_url(session_id: str, namespace: str = "default") -> str:
 
 
 # ---- arguments -------------------------------------------------------------------------
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
-    return value
-
-
-def json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise argparse.ArgumentTypeError(f"not JSON: {err.msg} at character {err.pos}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object, like {\"to\": \"a@example.com\"}")
-    return value
 
 
 class Parser(argparse.ArgumentParser):

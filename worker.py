@@ -44,6 +44,7 @@ from activities.mcp import McpActivities
 from activities.model import ModelActivities
 from activities.tools import Tool, ToolActivities
 from plumbing import telemetry
+from plumbing.args import positive_int
 from plumbing.connection import ConfigError, Unreachable, connect, task_queue
 from plumbing.errors import BadConfiguration
 from workflows.agent import AgentWorkflow
@@ -69,16 +70,6 @@ def load_workflow(spec: str) -> type:
     return getattr(importlib.import_module(module_name), attr)
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is below 1")
-    return value
-
-
 # The worker's capacity. The SDK's defaults (1,000 cached sessions, 100 activities, 100
 # workflow tasks, 5 pollers of each kind) suit a few hundred sessions at once. A model
 # call holds its activity slot for the model's whole latency, so a worker serving N
@@ -96,7 +87,7 @@ CAPACITY_FLAGS = {
 
 def add_capacity_flags(parser: argparse.ArgumentParser) -> None:
     for name, help in CAPACITY_FLAGS.items():
-        parser.add_argument("--" + name.replace("_", "-"), type=_count, metavar="N", help=help)
+        parser.add_argument("--" + name.replace("_", "-"), type=positive_int, metavar="N", help=help)
 
 
 def capacity_options(args: argparse.Namespace) -> dict:
