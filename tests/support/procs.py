@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import DescribeTaskQueueMode, EventType, TaskQueueType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.taskqueue.v1 import TaskQueue, TaskQueueVersionSelection
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
 
@@ -189,29 +189,43 @@ async def wait_until(
 async def wait_polling(client: Client, worker: WorkerProcess, timeout: float = 60) -> None:
     """Wait until this worker process polls its task queue (workflow and activity tasks).
 
-    Asked of every partition of the task queue (the enhanced describe): a worker whose
-    long polls all went to partitions other than the root is polling, but the root's own
-    list does not show it until those polls end, a minute later.
+    Two answers count. The root partition's list shows every poller that reached it,
+    whatever its version; but a worker whose long polls all went to other partitions is
+    polling too, and the root lists it only when those polls end, a minute later. The
+    enhanced describe asks every partition, for the unversioned pollers and every active
+    build.
     """
     kinds = [TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY]
-    request = DescribeTaskQueueRequest(
+    queue = TaskQueue(name=worker.task_queue)
+    everywhere = DescribeTaskQueueRequest(
         namespace=client.namespace,
-        task_queue=TaskQueue(name=worker.task_queue),
+        task_queue=queue,
         api_mode=DescribeTaskQueueMode.DESCRIBE_TASK_QUEUE_MODE_ENHANCED,
+        versions=TaskQueueVersionSelection(unversioned=True, all_active=True),
         task_queue_types=kinds,
         report_pollers=True,
     )
+
+    def ours(pollers) -> bool:
+        return any(p.identity.startswith(f"{worker.pid}@") for p in pollers)
+
     deadline = time.monotonic() + timeout
     while True:
         if not worker.alive():
             raise AssertionError(f"worker {worker.pid} exited with {worker.process.returncode}:\n{worker.log()}")
-        response = await client.workflow_service.describe_task_queue(request)
-        seen = {
-            kind
-            for version in response.versions_info.values()
-            for kind, info in version.types_info.items()
-            if any(p.identity.startswith(f"{worker.pid}@") for p in info.pollers)
-        }
+        seen = set()
+        for kind in kinds:
+            root = DescribeTaskQueueRequest(namespace=client.namespace, task_queue=queue, task_queue_type=kind)
+            if ours((await client.workflow_service.describe_task_queue(root)).pollers):
+                seen.add(kind)
+        if seen != set(kinds):
+            response = await client.workflow_service.describe_task_queue(everywhere)
+            seen |= {
+                kind
+                for version in response.versions_info.values()
+                for kind, info in version.types_info.items()
+                if ours(info.pollers)
+            }
         if seen >= set(kinds):
             return
         if time.monotonic() > deadline:
