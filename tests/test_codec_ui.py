@@ -58,7 +58,7 @@ async def test_the_ui_shows_the_goal_decoded_through_the_codec_endpoint(
         dom = await asyncio.to_thread(chromium, f"{base}/{run_id}/user-metadata", tmp_path / "profile", "--dump-dom")
         shot = OUTPUT / "ui-codec-metadata.png"
         shot.unlink(missing_ok=True)
-        await asyncio.to_thread(chromium, f"{base}/{run_id}/user-metadata", tmp_path / "profile", f"--screenshot={shot}")
+        await asyncio.to_thread(chromium, f"{base}/{run_id}/user-metadata", tmp_path / "shot-profile", f"--screenshot={shot}")
         frames = rendered_frames(dom)
         assert frames.get("user-metadata-summary") == GOAL, (frames, page_text(dom)[:2000])
         assert shot.exists() and shot.stat().st_size > 10_000
