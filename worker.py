@@ -44,7 +44,7 @@ from activities.mcp import McpActivities
 from activities.model import ModelActivities
 from activities.tools import Tool, ToolActivities
 from plumbing import telemetry
-from plumbing.args import positive_int
+from plumbing.args import positive_float, positive_int
 from plumbing.connection import ConfigError, Unreachable, connect, task_queue
 from plumbing.errors import BadConfiguration
 from workflows.agent import AgentWorkflow
@@ -56,7 +56,8 @@ DEFAULT_DRAIN_SECONDS = 30.0
 # query or step waits for the dead worker (the SDK's default is 10 s). On a worker with a
 # backlog, more tasks move and are replayed from history: with 200 sessions in lockstep
 # on one worker, 334 moves instead of 93, and no more server or worker CPU than the
-# spread between runs (bench/failover_load.py).
+# spread between runs (bench/failover_load.py). A worker that runs far behind its load
+# wants it longer than its backlog's wait (`--sticky-timeout`; README, "Sizing a worker").
 STICKY_TIMEOUT = timedelta(seconds=1)
 
 
@@ -88,6 +89,9 @@ CAPACITY_FLAGS = {
 def add_capacity_flags(parser: argparse.ArgumentParser) -> None:
     for name, help in CAPACITY_FLAGS.items():
         parser.add_argument("--" + name.replace("_", "-"), type=positive_int, metavar="N", help=help)
+    parser.add_argument("--sticky-timeout", type=positive_float, metavar="SECONDS",
+                        help=f"how long a session's next workflow task waits for this worker before any worker "
+                             f"may take it (default {STICKY_TIMEOUT.total_seconds():g})")  # fmt: skip
 
 
 def capacity_options(args: argparse.Namespace) -> dict:
@@ -102,6 +106,8 @@ def capacity_options(args: argparse.Namespace) -> dict:
         options["workflow_task_poller_behavior"] = PollerBehaviorSimpleMaximum(args.workflow_pollers)
     if args.activity_pollers is not None:
         options["activity_task_poller_behavior"] = PollerBehaviorSimpleMaximum(args.activity_pollers)
+    if args.sticky_timeout is not None:
+        options["sticky_queue_schedule_to_start_timeout"] = timedelta(seconds=args.sticky_timeout)
     return options
 
 

@@ -185,14 +185,20 @@ def scale_section(results: Results, cfg: Config) -> list[str]:
         "call's return (logged by the tool) to the session's next model request (logged by the model server): "
         "the tool result recorded, a workflow task, the model activity dispatched and started. Memory per "
         "cached session is the worker's peak resident set during the run, less what it held before, over the "
-        f"sessions. Worker settings (bench/worker.py flags): `{sc['worker_flags']}`."
+        f"sessions. Worker settings (bench/worker.py flags): `{sc['worker_flags']}`. Of the gap, the "
+        "workflow task's wait is from its scheduling to a worker picking it up, by the server's clock (from the "
+        "histories); \"moved\" counts the steps whose task timed out on the worker's sticky queue and moved to "
+        "the shared one."
     )
     L.append("")
-    L.append("| sessions | completed | wall, s | steps / s | gap p50, ms | gap p99, ms | gap max, ms | worker RSS "
-             "before → peak, MB | per cached session, KB | worker CPU / step, ms | server CPU / step, ms |")  # fmt: skip
-    L.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    L.append("| sessions | completed | wall, s | steps / s | gap p50, ms | gap p99, ms | gap max, ms | of it, "
+             "workflow task's wait p50 / p99, ms | moved | worker RSS before → peak, MB | per cached session, KB | "
+             "worker CPU / step, ms | server CPU / step, ms |")  # fmt: skip
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    queued = f"{_fmt(sc.get('queued_p50_ms', float('nan')))} / {_fmt(sc.get('queued_p99_ms', float('nan')))}"
     L.append(f"| {sc['sessions']:,} | {sc['completed']:,} | {_fmt(sc['wall_s'])} | {_fmt(sc['steps_per_s'])} | "
              f"{_fmt(sc['gap_p50_ms'])} | {_fmt(sc['gap_p99_ms'])} | {_fmt(sc['gap_max_ms'])} | "
+             f"{queued} | {sc.get('moved', '')} | "
              f"{_fmt(sc['rss_before_mb'] or float('nan'), 0)} → {_fmt(sc['peak_rss_mb'] or float('nan'), 0)} | "
              f"{_fmt(sc['kb_per_session'] or float('nan'), 0)} | {_fmt(sc['worker_cpu_ms'] or float('nan'))} | "
              f"{_fmt(sc['server_cpu_ms'] or float('nan'))} |")  # fmt: skip

@@ -12,7 +12,7 @@ from typing import Any
 from pathlib import Path
 
 from bench.common import SMALL_OUTPUT, intervals, percentile
-from bench.contenders import Batch, Contender, FakeModel, new_session
+from bench.contenders import Batch, Contender, FakeModel, TemporalContender, new_session
 
 
 @dataclass
@@ -44,8 +44,13 @@ QUICK = Config(single_steps=10, single_reps=2, many_sessions=20, many_steps=3, m
 # flight stays in the workflow cache (an evicted one is replayed from its history at its
 # next step), and every one can have its model call in flight: a call waiting on the
 # model holds an activity slot, and with the SDK's default of 100 slots the tool calls
-# queue behind the model calls. Async activities make a slot cheap.
+# queue behind the model calls. Async activities make a slot cheap. A session's next
+# workflow task waits in the worker's own (sticky) queue, served in order; after the
+# sticky timeout it moves to the shared queue, where it waits behind that queue's whole
+# backlog: under overload the timeout must outlast the wait, or the moved tasks make the
+# gap's tail (with the default 1 s, p99 84 s against a p50 of 1.1 s).
 SCALE_WORKER = (
+    "--sticky-timeout", "60",
     "--max-cached-workflows", "1500",
     "--max-concurrent-activities", "1500",
     "--max-concurrent-workflow-tasks", "200",
@@ -203,6 +208,32 @@ def _tool_results(tool_log: Path) -> dict[tuple[str, int], float]:
     return found
 
 
+async def _task_waits(c: TemporalContender, session: str) -> list[tuple[float, bool]]:
+    """Per tool result, in order: how long the next workflow task waited to be picked up
+    (scheduled to started, by the server's clock), and whether it timed out on the way."""
+    from temporalio.api.enums.v1 import EventType
+
+    events = (await c.client.get_workflow_handle(session).fetch_history()).events
+    model = {e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+             and e.activity_task_scheduled_event_attributes.activity_type.name == "call_model"}  # fmt: skip
+    waits: list[tuple[float, bool]] = []
+    after_tool = False  # a tool's result came in; its workflow task is next
+    scheduled: float | None = None
+    moved = False
+    for e in events:
+        t = e.event_time.ToNanoseconds() / 1e9
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            after_tool = e.activity_task_completed_event_attributes.scheduled_event_id not in model
+        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED and after_tool and scheduled is None:
+            scheduled, moved = t, False
+        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT and scheduled is not None:
+            moved = True
+        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and scheduled is not None:
+            waits.append((t - scheduled, moved))
+            after_tool, scheduled = False, None
+    return waits
+
+
 async def scale(c: Contender, fake: FakeModel, cfg: Config, results: Results, log, tool_log: Path) -> None:
     """Many sessions at once with a slow model: nothing lost, memory per session, the
     orchestration gap (a tool's result to the session's next model request) under load."""
@@ -212,10 +243,16 @@ async def scale(c: Contender, fake: FakeModel, cfg: Config, results: Results, lo
     failed = _note_errors(results, c, batch, "scale")
     tools = _tool_results(tool_log)
     gaps = []
+    parts: dict[str, list[float]] = {}
     for o in batch.outcomes:
+        waits = await _task_waits(c, o.session) if o.ok and isinstance(c, TemporalContender) else []
         for step, start in enumerate(sorted(o.step_starts)[1:], start=1):
             if (o.session, step) in tools:
                 gaps.append((start - tools[(o.session, step)]) * 1000)
+                if step <= len(waits):
+                    queued, moved = waits[step - 1]
+                    parts.setdefault("queued", []).append(queued * 1000)
+                    parts.setdefault("moved", []).append(float(moved))
     done = (n - failed) * steps
     grown = None if batch.peak_rss_mb is None or batch.rss_before_mb is None else batch.peak_rss_mb - batch.rss_before_mb
     results.scale = {
@@ -229,6 +266,11 @@ async def scale(c: Contender, fake: FakeModel, cfg: Config, results: Results, lo
         "worker_cpu_ms": None if batch.worker_cpu_s is None else batch.worker_cpu_s * 1000 / max(done, 1),
         "server_cpu_ms": None if batch.server_cpu_s is None else batch.server_cpu_s * 1000 / max(done, 1),
         "worker_flags": " ".join(SCALE_WORKER),
+        # of the gap: the workflow task's wait from scheduled to started, and how many
+        # steps' tasks timed out on the worker's sticky queue and moved to the shared one
+        "queued_p50_ms": percentile(parts.get("queued", []), 50),
+        "queued_p99_ms": percentile(parts.get("queued", []), 99),
+        "moved": int(sum(parts.get("moved", []))),
     }  # fmt: skip
     r = results.scale
     log(f"  scale: {r['completed']}/{n} completed, {r['steps_per_s']:.0f} steps/s, gap p50 {r['gap_p50_ms']:.0f} ms "

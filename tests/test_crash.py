@@ -217,6 +217,22 @@ async def test_kill_while_waiting_for_approval(procs: ProcessHarness):
     )
 
 
+async def test_sticky_timeout_flag_sets_the_wait_on_a_dead_worker(procs: ProcessHarness):
+    """`worker.py --sticky-timeout 4`: after a kill -9, the session's next workflow task
+    waits 4 s on the dead worker's queue (not the default 1 s) before the other takes it."""
+    workers = await procs.worker_pool(2, "--sticky-timeout", "4")
+    email = {"to": "a@example.com", "subject": "hi", "body": "x"}
+    handle = await procs.start([tool_use("send_email", email, id="e1"), answer("Sent.")])
+    await wait_for_status(handle, "waiting_approval")
+    first = await holder(handle, workers)
+    killed_at = first.kill()
+    reply = await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
+    assert reply == "approved send_email (e1)"
+    assert (await result_of(handle)).status == "completed"
+    sticky = _sticky_wait(await events_of(handle), killed_at)
+    assert 3.5 <= sticky <= 4.5, sticky
+
+
 async def test_kill_while_paused(procs: ProcessHarness):
     workers = await procs.worker_pool(2)
     handle = await procs.start(

@@ -386,9 +386,9 @@ class ProcessHarness:
             await wait_polling(self.client, worker)
         return worker
 
-    async def worker_pool(self, count: int) -> list[WorkerProcess]:
-        """Start `count` worker processes at once and wait until every one polls."""
-        started = [self.workers.start() for _ in range(count)]
+    async def worker_pool(self, count: int, *args: str) -> list[WorkerProcess]:
+        """Start `count` worker processes at once (`args`: more flags) and wait until every one polls."""
+        started = [self.workers.start(*args) for _ in range(count)]
         await asyncio.gather(*(wait_polling(self.client, w) for w in started))
         return started
 
