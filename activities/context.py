@@ -40,10 +40,19 @@ def omission_note(count: int, summary: str | None) -> str:
 
 
 def fit(
-    messages: list[dict[str, Any]], budget: int, *, fixed: int = 0, summary: str | None = None
+    messages: list[dict[str, Any]],
+    budget: int,
+    *,
+    fixed: int = 0,
+    summary: str | None = None,
+    sizes: list[int] | None = None,
 ) -> Fitted:
-    """The messages to send within `budget` tokens (`fixed` is spent on system and tools)."""
-    sizes = [estimate_tokens(m) for m in messages]
+    """The messages to send within `budget` tokens (`fixed` is spent on system and tools).
+
+    `sizes` are the messages' `estimate_tokens`, when the caller has them already.
+    """
+    if sizes is None or len(sizes) != len(messages):
+        sizes = [estimate_tokens(m) for m in messages]
     total = fixed + sum(sizes)
     if total <= budget or len(messages) < 3:
         return Fitted(list(messages), [], total)

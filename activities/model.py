@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +32,7 @@ from activities.transcript import TranscriptMissing, TranscriptStore, open_store
 from activities.types import ModelReply, ModelRequest, ToolSpec, tool_specs_text
 
 HEARTBEAT_EVERY_S = 1.0
+SIZES_KEPT = 1024  # transcripts whose token estimates are kept, like the store's own cache
 PROMPT_TOO_LONG_REFITS = 3
 REFIT_SHRINK = 0.7  # of the estimate that was too long: the estimate was off by this much
 COUNT_ABOVE = 0.85  # of the budget: ask the provider to count
@@ -52,6 +54,9 @@ class ModelActivities:
         if client is not None:
             self._providers.setdefault("anthropic", AnthropicProvider(client=client))
         self._specs: dict[str, list[ToolSpec]] = {}  # tool specs by their hash: read once
+        # The token estimates of the latest transcripts' messages, by reference, so that
+        # fitting a long transcript does not serialise every message again at each step.
+        self._sizes: OrderedDict[str, list[int]] = OrderedDict()
 
     @activity.defn(name="call_model")
     @model_call_telemetry
@@ -59,19 +64,20 @@ class ModelActivities:
         """Call the model with the session's transcript plus the new messages."""
         provider, model = resolve(request.model, self._providers)
         request, base, new = await self._load(request)
+        sizes = [*self._sizes_of(request.transcript_ref, base), *map(estimate_tokens, new)]
         attempt = activity.info().attempt
         started = time.monotonic()
         beat = asyncio.create_task(_heartbeat_forever())
         try:
             async with Deltas(request.step, attempt, started) as deltas:
-                turn, fitted = await self._send(provider, model, request, base + new, deltas)
+                turn, fitted = await self._send(provider, model, request, base + new, sizes, deltas)
         except ApplicationError:
             raise
         except Exception as err:
             raise provider.classify(err) from err
         finally:
             beat.cancel()
-        ref = await self._record(request, new, base + new, turn)
+        ref = await self._record(request, new, base + new, sizes, turn)
         return ModelReply(
             message=turn.message,
             stop_reason=turn.stop_reason,
@@ -106,8 +112,23 @@ class ModelActivities:
             self._specs[request.tools_ref] = specs
         return request.model_copy(update={"tools": specs})
 
+    def _sizes_of(self, ref: str | None, messages: Messages) -> list[int]:
+        """`estimate_tokens` of each message of the transcript `ref`, remembered or worked out."""
+        known = self._sizes.get(ref) if ref is not None else None
+        if known is not None and len(known) == len(messages):
+            self._sizes.move_to_end(ref)  # type: ignore[arg-type]
+            return known
+        return [estimate_tokens(m) for m in messages]
+
+    def _remember_sizes(self, ref: str, sizes: list[int]) -> None:
+        self._sizes[ref] = sizes
+        self._sizes.move_to_end(ref)
+        while len(self._sizes) > SIZES_KEPT:
+            self._sizes.popitem(last=False)
+
     async def _send(
-        self, provider: Provider, model: str, request: ModelRequest, messages: Messages, deltas: Deltas
+        self, provider: Provider, model: str, request: ModelRequest, messages: Messages, sizes: list[int],
+        deltas: Deltas,
     ) -> tuple[ModelTurn, Fitted]:
         """The provider's answer to the fitted messages, fitted tighter while it says too long."""
         budget = request.context_tokens - request.max_tokens
@@ -116,7 +137,7 @@ class ModelActivities:
         # end: the first fit is always sent.
         too_long = ApplicationError("prompt is too long", type=PROMPT_TOO_LONG, non_retryable=True)
         for _ in range(PROMPT_TOO_LONG_REFITS + 1):
-            fitted = await self._fit(provider, model, request, messages, budget)
+            fitted = await self._fit(provider, model, request, messages, sizes, budget)
             if fitted.messages == sent:
                 break  # nothing more can be left out
             sent = fitted.messages
@@ -131,19 +152,20 @@ class ModelActivities:
         raise too_long
 
     async def _fit(
-        self, provider: Provider, model: str, request: ModelRequest, messages: Messages, budget: int
+        self, provider: Provider, model: str, request: ModelRequest, messages: Messages, sizes: list[int],
+        budget: int,
     ) -> Fitted:
         """The messages that fit the context window, with a summary of the rest if asked for."""
         fixed = estimate_tokens(request.system) + estimate_tokens([t.for_model() for t in request.tools or []])
-        fitted = fit(messages, budget, fixed=fixed)
+        fitted = fit(messages, budget, fixed=fixed, sizes=sizes)
         if not fitted.dropped and fitted.estimated_tokens > budget * COUNT_ABOVE:
             # Close to the limit: ask the provider rather than trust the estimate.
             counted = await provider.count_tokens(_call(request, model, messages))
             if counted is not None and counted > budget:
-                fitted = fit(messages, int(budget * fitted.estimated_tokens / counted), fixed=fixed)
+                fitted = fit(messages, int(budget * fitted.estimated_tokens / counted), fixed=fixed, sizes=sizes)
         if fitted.dropped and request.summarize_dropped:
             summary = await self._summary(provider, model, request, fitted.dropped, budget)
-            fitted = fit(messages, budget, fixed=fixed + estimate_tokens(summary), summary=summary)
+            fitted = fit(messages, budget, fixed=fixed + estimate_tokens(summary), summary=summary, sizes=sizes)
         return fitted
 
     async def _summary(
@@ -167,10 +189,14 @@ class ModelActivities:
         await self._store.save_note(key, text)
         return text
 
-    async def _record(self, request: ModelRequest, new: Messages, messages: Messages, turn: ModelTurn) -> str:
+    async def _record(
+        self, request: ModelRequest, new: Messages, messages: Messages, sizes: list[int], turn: ModelTurn
+    ) -> str:
         """The transcript's new reference: one segment per call, the new messages and the reply."""
         reply = turn.message.model_dump(mode="json", exclude_none=True)
-        return await self._store.extend(request.transcript_ref, [*new, reply], messages + [reply])
+        ref = await self._store.extend(request.transcript_ref, [*new, reply], messages + [reply])
+        self._remember_sizes(ref, [*sizes, estimate_tokens(reply)])
+        return ref
 
 
 def _call(request: ModelRequest, model: str, messages: Messages) -> ProviderCall:

@@ -30,6 +30,11 @@ SHORT = {
     "pydantic-ai": "pydantic-ai",
 }
 CORE = ["plain", "floor", "project", "project-local"]
+# Every Temporal contender's worker runs with the SDK's default options, the sticky-queue
+# timeout included: 10 s. This project's worker.py sets 1 s for quick failover after a
+# kill -9; when a worker runs behind its load (200 sessions at once, no model latency),
+# tasks that wait longer than that move to the shared queue and are dispatched twice.
+PROJECT_WORKER = ("--sticky-timeout", "10")
 OPTIONAL = ["pydantic-ai"]
 
 
@@ -302,6 +307,8 @@ async def _make(key: str, address: str, fake_url: str, env: dict[str, str], log:
     if key == "plain":
         child = Child(key, ["-m", "bench.plain", fake_url], env, log, stdin=True)
     else:
+        if key.startswith("project") and "--sticky-timeout" not in worker_args:
+            worker_args = (*PROJECT_WORKER, *worker_args)
         child = Child(key, ["-m", "bench.worker", key, address, queue, fake_url, *worker_args], env, log)
     ready = await asyncio.wait_for(asyncio.to_thread(child.wait_line), 120)
     if ready != "ready":

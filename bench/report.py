@@ -277,8 +277,9 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
     add("")
     add("All of them use the same tool (`lookup`, returning text of a requested size), the real `anthropic` "
         "client (no streaming) against the same fake server, and one worker process each with the SDK's "
-        "default worker options (this project's as `worker.build_worker` makes it: the workflow outside "
-        "Temporal's sandbox, see bench/analysis.md; the floor's and Pydantic AI's workflows in the SDK's "
+        "default worker options, the 10 s sticky-queue timeout included (this project's as `worker.build_worker` "
+        "makes it, with `--sticky-timeout 10`: its own default of 1 s is for quick failover, see bench/analysis.md; "
+        "its workflow outside Temporal's sandbox; the floor's and Pydantic AI's workflows in the SDK's "
         "default sandbox), on one local Temporal dev server (`temporal server start-dev`, its default in-memory "
         "store: with a database file, every step waits on disk writes and all Temporal contenders slow down "
         f"alike, about 4 times here) with {_server_words(meta)}. This project runs as its client starts "

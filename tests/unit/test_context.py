@@ -72,3 +72,13 @@ def test_fitting_keeps_pairs_order_and_the_goal(messages, budget, fixed):
 def test_no_cut_when_it_fits():
     messages = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
     assert fit(messages, 10).messages == messages
+
+
+@settings(max_examples=200, deadline=None)
+@given(histories(), st.integers(min_value=50, max_value=5000))
+def test_known_sizes_fit_as_worked_out_ones(messages, budget):
+    """The model activity passes the estimates it remembers per transcript: same result."""
+    sizes = [estimate_tokens(m) for m in messages]
+    assert fit(messages, budget, sizes=sizes) == fit(messages, budget)
+    # Estimates that do not match the messages are not trusted.
+    assert fit(messages, budget, sizes=sizes[:-1]) == fit(messages, budget)
