@@ -146,6 +146,7 @@ async def run(args: argparse.Namespace) -> Path:
         "gomaxprocs": args.gomaxprocs,
         "load_start": load_start,
         "load": _load(),
+        "versions": report.versions(),  # the measured code's commit, kept for --render
     }
     page = report.write(results, cfg, keys, args.out, meta)
     saved = {"config": asdict(cfg), "results": asdict(results), "keys": keys, "meta": meta}

@@ -456,7 +456,7 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
     add("## Machine and versions")
     add("")
     L.extend(machine())
-    L.extend(versions())
+    L.extend(meta.get("versions") or versions())
     add("")
     add("## Running it")
     add("")
