@@ -53,11 +53,12 @@ DEFAULT_TOOLS = "activities.example_tools:TOOLS"
 DEFAULT_DRAIN_SECONDS = 30.0
 # A workflow task offered to a worker's sticky queue moves to the shared task queue after
 # this long without being picked up. After a kill -9 it is how long the first update,
-# query or step waits for the dead worker (the SDK's default is 10 s). On a worker with a
-# backlog, more tasks move and are replayed from history: with 200 sessions in lockstep
-# on one worker, 334 moves instead of 93, and no more server or worker CPU than the
-# spread between runs (bench/failover_load.py). A worker that runs far behind its load
-# wants it longer than its backlog's wait (`--sticky-timeout`; README, "Sizing a worker").
+# query or step waits for the dead worker (the SDK's default is 10 s). On a worker that
+# runs behind its load, tasks that wait longer move to the shared queue, out of order, and
+# are dispatched twice: with 200 sessions at once and no model latency, 0.9 more task
+# dispatches a step and about a tenth less throughput than with 10 s (bench/analysis.md).
+# Such a worker wants it longer than its backlog's wait (`--sticky-timeout`; README,
+# "Sizing a worker").
 STICKY_TIMEOUT = timedelta(seconds=1)
 
 

@@ -114,9 +114,8 @@ class ModelActivities:
 
     def _sizes_of(self, ref: str | None, messages: Messages) -> list[int]:
         """`estimate_tokens` of each message of the transcript `ref`, remembered or worked out."""
-        known = self._sizes.get(ref) if ref is not None else None
-        if known is not None and len(known) == len(messages):
-            self._sizes.move_to_end(ref)  # type: ignore[arg-type]
+        if ref is not None and len(known := self._sizes.get(ref, [])) == len(messages):
+            self._sizes.move_to_end(ref)
             return known
         return [estimate_tokens(m) for m in messages]
 

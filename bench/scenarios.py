@@ -242,17 +242,17 @@ async def scale(c: Contender, fake: FakeModel, cfg: Config, results: Results, lo
     batch = await c.run(sessions, fake, cfg.scale_timeout_s, delay=cfg.scale_delay_s)
     failed = _note_errors(results, c, batch, "scale")
     tools = _tool_results(tool_log)
-    gaps = []
-    parts: dict[str, list[float]] = {}
+    gaps: list[float] = []
+    queued: list[float] = []  # of each gap, the workflow task's wait (ms)
+    moved = 0  # steps whose task timed out on the worker's sticky queue
     for o in batch.outcomes:
         waits = await _task_waits(c, o.session) if o.ok and isinstance(c, TemporalContender) else []
         for step, start in enumerate(sorted(o.step_starts)[1:], start=1):
             if (o.session, step) in tools:
                 gaps.append((start - tools[(o.session, step)]) * 1000)
                 if step <= len(waits):
-                    queued, moved = waits[step - 1]
-                    parts.setdefault("queued", []).append(queued * 1000)
-                    parts.setdefault("moved", []).append(float(moved))
+                    queued.append(waits[step - 1][0] * 1000)
+                    moved += waits[step - 1][1]
     done = (n - failed) * steps
     grown = None if batch.peak_rss_mb is None or batch.rss_before_mb is None else batch.peak_rss_mb - batch.rss_before_mb
     results.scale = {
@@ -266,11 +266,7 @@ async def scale(c: Contender, fake: FakeModel, cfg: Config, results: Results, lo
         "worker_cpu_ms": None if batch.worker_cpu_s is None else batch.worker_cpu_s * 1000 / max(done, 1),
         "server_cpu_ms": None if batch.server_cpu_s is None else batch.server_cpu_s * 1000 / max(done, 1),
         "worker_flags": " ".join(SCALE_WORKER),
-        # of the gap: the workflow task's wait from scheduled to started, and how many
-        # steps' tasks timed out on the worker's sticky queue and moved to the shared one
-        "queued_p50_ms": percentile(parts.get("queued", []), 50),
-        "queued_p99_ms": percentile(parts.get("queued", []), 99),
-        "moved": int(sum(parts.get("moved", []))),
+        "queued_p50_ms": percentile(queued, 50), "queued_p99_ms": percentile(queued, 99), "moved": moved,
     }  # fmt: skip
     r = results.scale
     log(f"  scale: {r['completed']}/{n} completed, {r['steps_per_s']:.0f} steps/s, gap p50 {r['gap_p50_ms']:.0f} ms "
