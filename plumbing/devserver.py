@@ -127,8 +127,22 @@ def start(
     sends payloads to for decoding. `tuned` raises the queue poll limits (`TUNED`);
     `gomaxprocs` caps the threads the server's Go runtime runs at once (default: the
     runtime's, one per core).
+
+    With no `port` given, the ports are chosen free just before the server binds them, and
+    another process (or the server's own internal listeners) can take one in between: a
+    server that exits before it answers is started again on new ports, up to 3 times.
     """
-    port = port or free_port()
+    for _ in range(3 if port is None else 1):
+        server = _start_once(port or free_port(), ui_port, db_file, log_file, wait_seconds, codec_endpoint,
+                             tuned, gomaxprocs)  # fmt: skip
+        if server.process.poll() is None:
+            return server
+    raise RuntimeError(f"the Temporal dev server exited with code {server.process.returncode}")
+
+
+def _start_once(port: int, ui_port: int | None, db_file: Path | None, log_file: Path | None, wait_seconds: float,
+                codec_endpoint: str | None, tuned: bool, gomaxprocs: int | None) -> DevServer:  # fmt: skip
+    """The server started once; its process has exited if it ended before answering."""
     args = [
         temporal_binary(), "server", "start-dev",
         "--ip", "127.0.0.1",
@@ -160,7 +174,7 @@ def start(
     deadline = time.monotonic() + wait_seconds
     while not port_open("127.0.0.1", port):
         if process.poll() is not None:
-            raise RuntimeError(f"the Temporal dev server exited with code {process.returncode}")
+            return server
         if time.monotonic() > deadline:
             server.stop(kill=True)
             raise RuntimeError(f"the Temporal dev server did not answer on port {port}")
