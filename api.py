@@ -17,8 +17,8 @@ from pathlib import Path
 
 import uvicorn
 
-from plumbing.connection import connect
-from plumbing.errors import AgentError
+from infra.connection import connect
+from infra.errors import AgentError
 from service.app import create_app
 from service.auth import Users, load_users, local_user
 

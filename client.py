@@ -20,18 +20,18 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from activities.config import ConfigError
-from activities.definitions import DefinitionError, Definitions, load_definitions
+from infra.errors import ConfigError
+from infra.definitions import DefinitionError, Definitions, load_definitions
 from activities.providers import split
-from plumbing import agents, render, schedules, sessions
-from plumbing.args import json_object, positive_float, positive_int
-from plumbing.fork import forked_input
-from plumbing.watch import watch as follow
-from plumbing.connection import connect, task_queue
-from plumbing.errors import AgentError, BadRequest, Rejected, SessionExists, SessionNotFound, Unreachable
+from sessions import control, render, schedules, start_input
+from infra.arguments import json_object, positive_float, positive_int
+from sessions.fork import forked_input
+from sessions.watch import watch as follow
+from infra.connection import connect, task_queue
+from infra.errors import AgentError, BadRequest, Rejected, SessionExists, SessionNotFound, Unreachable
 from workflows.agent import AgentWorkflow
-from workflows.pricing import PRICES, price_for
-from workflows.types import DEFAULT_MODEL, CancelRequest, Decision, SessionInput, SessionStatus, UserMessage
+from sessions.pricing import PRICES, price_for
+from workflows.contract import DEFAULT_MODEL, CancelRequest, Decision, SessionInput, SessionStatus, UserMessage
 
 EXIT_NOT_COMPLETED = 2
 UserError = BadRequest  # a mistake the person can fix; printed as one line
@@ -120,18 +120,18 @@ def parser() -> argparse.ArgumentParser:
     approve.add_argument("session")
     approve.add_argument("tool_use_id")
     approve.add_argument("--input", type=json_object, help="approve with this input instead (a JSON object)")
-    approve.add_argument("--as", dest="decided_by", default=sessions.cli_user(), help="who decides (default cli:LOGIN)")
+    approve.add_argument("--as", dest="decided_by", default=control.cli_user(), help="who decides (default cli:LOGIN)")
     deny = commands.add_parser("deny", help="deny a tool call; the model is told why")
     deny.add_argument("session")
     deny.add_argument("tool_use_id")
     deny.add_argument("--reason", help="why (the model sees it)")
-    deny.add_argument("--as", dest="decided_by", default=sessions.cli_user(), help="who decides (default cli:LOGIN)")
+    deny.add_argument("--as", dest="decided_by", default=control.cli_user(), help="who decides (default cli:LOGIN)")
     for name, text in [("pause", "pause between units of work"), ("resume", "resume a paused session")]:
         commands.add_parser(name, help=text).add_argument("session")
     cancel = commands.add_parser("cancel", help="cancel the session and its work in flight")
     cancel.add_argument("session")
     cancel.add_argument("--reason", help="why")
-    cancel.add_argument("--as", dest="decided_by", default=sessions.cli_user(), help="who cancels (default cli:LOGIN)")
+    cancel.add_argument("--as", dest="decided_by", default=control.cli_user(), help="who cancels (default cli:LOGIN)")
 
     export = commands.add_parser("export", help="write the Temporal event history as JSON (replayable)")
     export.add_argument("session")
@@ -160,7 +160,7 @@ async def start(client: Client, args: argparse.Namespace) -> int:
     session_input = await start_input(client, args)
     session_id = args.session or f"session-{uuid.uuid4().hex[:12]}"
     try:
-        handle = await sessions.start(
+        handle = await control.start(
             client, session_input, session_id, task_queue=task_queue(),
             summary=render.shorten(session_input.goal, 200), details=render.session_details(session_input),
         )  # fmt: skip
@@ -204,11 +204,11 @@ async def start_input(client: Client, args: argparse.Namespace) -> SessionInput:
         "chat": args.chat or None,
         "summarize_dropped": args.summarize_dropped or None,
         "idle_timeout_seconds": args.idle_timeout,
-        "search_attributes": await sessions.has_search_attributes(client),
+        "search_attributes": await control.has_search_attributes(client),
     }
     try:
-        agent = agents.chosen_agent(definitions, args.agent)
-        session_input = agents.session_input(definitions, agent, goal=goal, limits=limits, fields=fields)
+        agent = start_input.chosen_agent(definitions, args.agent)
+        session_input = start_input.session_input(definitions, agent, goal=goal, limits=limits, fields=fields)
     except DefinitionError as err:
         raise UserError(str(err)) from None
     except ValidationError as err:
@@ -229,7 +229,7 @@ def read_definitions() -> Definitions:
 
 
 async def list_agents(client: Client | None, args: argparse.Namespace) -> int:
-    render.print_agents(agents.describe(read_definitions()), as_json=args.json)
+    render.print_agents(start_input.describe(read_definitions()), as_json=args.json)
     return 0
 
 
@@ -255,7 +255,7 @@ def read_goal(args: argparse.Namespace) -> str:
 
 
 async def status(client: Client, args: argparse.Namespace) -> int:
-    snapshot = await sessions.status(client, args.session)
+    snapshot = await control.status(client, args.session)
     if args.json:
         print(snapshot.model_dump_json(indent=2))
     else:
@@ -264,9 +264,9 @@ async def status(client: Client, args: argparse.Namespace) -> int:
 
 
 async def history(client: Client, args: argparse.Namespace) -> int:
-    found = await sessions.history(client, args.session)
+    found = await control.history(client, args.session)
     if args.json:
-        print(json.dumps(sessions.history_document(found), indent=2, ensure_ascii=False))
+        print(json.dumps(control.history_document(found), indent=2, ensure_ascii=False))
     else:
         render.print_history(found)
     return 0
@@ -274,8 +274,8 @@ async def history(client: Client, args: argparse.Namespace) -> int:
 
 async def export(client: Client, args: argparse.Namespace) -> int:
     """The workflow's event history in Temporal's JSON format (`WorkflowHistory.from_json`, replayers)."""
-    handle = sessions.handle(client, args.session)
-    await sessions.describe(handle)
+    handle = control.handle(client, args.session)
+    await control.describe(handle)
     found = await handle.fetch_history()
     text = found.to_json()
     if str(args.file) == "-":
@@ -300,15 +300,15 @@ async def decide(client: Client, args: argparse.Namespace) -> int:
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
     update = AgentWorkflow.approve_call if args.command == "approve" else AgentWorkflow.deny_call
-    owner = await sessions.owner_of_call(client, args.session, args.tool_use_id)
-    print(await sessions.act(client, owner, update, decision))
+    owner = await control.owner_of_call(client, args.session, args.tool_use_id)
+    print(await control.act(client, owner, update, decision))
     return 0
 
 
 async def fork(client: Client, args: argparse.Namespace) -> int:
-    source = sessions.handle(client, args.session)
-    found = await sessions.history(client, args.session)
-    started, _ = await sessions.start_input(client, source)
+    source = control.handle(client, args.session)
+    found = await control.history(client, args.session)
+    started, _ = await control.start_input(client, source)
     if args.model is not None:
         check_model(args.model)
         started = started.model_copy(update={"model": args.model, "price": price_for(args.model)})
@@ -316,7 +316,7 @@ async def fork(client: Client, args: argparse.Namespace) -> int:
     session_id = args.new_session or f"{args.session}.fork-{uuid.uuid4().hex[:6]}"
     details = render.session_details(session_input) + f"\n**forked from** {args.session} after step {args.at_step}"
     try:
-        handle = await sessions.start(
+        handle = await control.start(
             client, session_input, session_id, task_queue=task_queue(),
             summary=render.shorten(session_input.goal, 200), details=details,
         )  # fmt: skip
@@ -349,13 +349,13 @@ async def send(client: Client, args: argparse.Namespace) -> int:
         message = UserMessage(text=args.text)
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
-    position = await sessions.act(client, args.session, AgentWorkflow.send_message, message)
+    position = await control.act(client, args.session, AgentWorkflow.send_message, message)
     print(f"message {position} queued for {args.session}")
     return 0
 
 
 async def close(client: Client, args: argparse.Namespace) -> int:
-    print(await sessions.act(client, args.session, AgentWorkflow.close_session))
+    print(await control.act(client, args.session, AgentWorkflow.close_session))
     return 0
 
 
@@ -365,24 +365,24 @@ async def control(client: Client, args: argparse.Namespace) -> int:
             request = CancelRequest(reason=args.reason, decided_by=args.decided_by)
         except ValidationError as err:
             raise UserError(describe_validation(err)) from None
-        print(await sessions.act(client, args.session, AgentWorkflow.cancel_session, request))
+        print(await control.act(client, args.session, AgentWorkflow.cancel_session, request))
     elif args.command == "pause":
-        print(await sessions.act(client, args.session, AgentWorkflow.pause_session))
+        print(await control.act(client, args.session, AgentWorkflow.pause_session))
     else:
-        print(await sessions.act(client, args.session, AgentWorkflow.resume_session))
+        print(await control.act(client, args.session, AgentWorkflow.resume_session))
     return 0
 
 
 async def watch(client: Client, args: argparse.Namespace) -> int:
-    handle = sessions.handle(client, args.session)
-    await sessions.describe(handle)
+    handle = control.handle(client, args.session)
+    await control.describe(handle)
     return await follow(
         client, handle, ui_url(args.session, client.namespace), as_json=args.json, prompt=not args.no_prompt
     )
 
 
 async def list_sessions(client: Client, args: argparse.Namespace) -> int:
-    rows = await sessions.list_sessions(client, status=args.status, user=args.user, limit=args.limit)
+    rows = await control.list_sessions(client, status=args.status, user=args.user, limit=args.limit)
     render.print_sessions(rows, as_json=args.json)
     return 0
 

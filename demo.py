@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from plumbing import devserver
-from activities.data import data_dir
-from plumbing.connection import address
+from devservers import temporal_server
+from infra.datadir import data_dir
+from infra.connection import address
 
 GOAL = "Find out what time it is, note it down, and email the team a one-line summary."
 
@@ -37,9 +37,9 @@ def main() -> int:
     server = None
     try:
         host, _, port = address().rpartition(":")
-        if not devserver.port_open(host or "localhost", int(port)):
+        if not temporal_server.port_open(host or "localhost", int(port)):
             print(f"No Temporal server at {address()}: starting the bundled dev server (state in {data / 'temporal.db'}).")
-            server = devserver.start(
+            server = temporal_server.start(
                 port=int(port), ui_port=args.ui_port, db_file=data / "temporal.db", log_file=data / "temporal.log"
             )
             env["TEMPORAL_ADDRESS"] = server.address
@@ -47,7 +47,7 @@ def main() -> int:
         if not env.get("ANTHROPIC_API_KEY"):
             print("ANTHROPIC_API_KEY is not set: using the local fake model (its answers say [fake model]).")
             fake = subprocess.Popen(
-                [sys.executable, "-m", "fakemodel"], cwd=here, env=env, stdout=subprocess.PIPE, text=True
+                [sys.executable, "-m", "devservers.fakemodel"], cwd=here, env=env, stdout=subprocess.PIPE, text=True
             )
             started.append(("fake model", fake))
             env["ANTHROPIC_BASE_URL"] = fake.stdout.readline().strip()

@@ -2,10 +2,10 @@
 
 Its state is kept in `$AGENT_DATA_DIR/temporal.db`, so sessions survive a restart; the
 Web UI is on http://localhost:8233. With `AGENT_PAYLOAD_KEYS` set, a codec endpoint
-(plumbing/codec_server.py) runs beside it and the UI shows payloads decrypted.
+(infra/codec_server.py) runs beside it and the UI shows payloads decrypted.
 `--with-s3` also runs a local S3 server (SeaweedFS) and prints the environment that
 points workers and clients at it, to try several "hosts" on one machine. The server
-logic lives in `plumbing/devserver.py` and `plumbing/seaweed.py`.
+logic lives in `devservers/temporal_server.py` and `devservers/seaweed.py`.
 It runs with the queue poll limits raised for agent latency; `--default-settings` runs
 Temporal's defaults instead (a reference for measurements).
 """
@@ -19,9 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from activities.config import ConfigError
-from activities.keyring import keyring_from_env
-from plumbing import codec_server, devserver, seaweed
+from infra.errors import ConfigError
+from infra.keyring import keyring_from_env
+from devservers import seaweed, temporal_server
+from infra import codec_server
 
 
 def _interrupt(signum, frame) -> None:
@@ -55,7 +56,7 @@ def main() -> None:
     if s3 is not None:
         print(f"S3 (SeaweedFS) on {s3.endpoint} (pid {s3.pid}); for every worker and client:")
         print("\n".join(f"  export {name}={value}" for name, value in s3.env().items()))
-    server = devserver.start(
+    server = temporal_server.start(
         port=args.port, ui_port=args.ui_port, db_file=data / "temporal.db", log_file=data / "temporal.log",
         codec_endpoint=f"http://127.0.0.1:{args.codec_port}" if encrypted else None,
         tuned=not args.default_settings, gomaxprocs=args.gomaxprocs,

@@ -2,7 +2,7 @@
 
 Connect, build the Worker, run it: nothing else. The model's API key is read by the
 model activity from this process's environment. `--tools module:NAME` runs another
-list of tools (default: the example tools in activities/example_tools.py).
+list of tools (default: the example tools in examples/example_tools.py).
 
 The session workflow runs outside Temporal's workflow sandbox. The sandbox re-imports
 the workflow's modules for every workflow it starts, and runs every activation, and the
@@ -39,17 +39,17 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerDeploymentConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.definitions import DefinitionError, Definitions, definitions_path, load_definitions
+from infra.definitions import DefinitionError, Definitions, definitions_path, load_definitions
 from activities.mcp import McpActivities
 from activities.model import ModelActivities
 from activities.tools import Tool, ToolActivities
-from plumbing import telemetry
-from plumbing.args import positive_float, positive_int
-from plumbing.connection import ConfigError, Unreachable, connect, task_queue
-from plumbing.errors import BadConfiguration
+from infra import otel
+from infra.arguments import positive_float, positive_int
+from infra.connection import ConfigError, Unreachable, connect, task_queue
+from infra.errors import BadConfiguration
 from workflows.agent import AgentWorkflow
 
-DEFAULT_TOOLS = "activities.example_tools:TOOLS"
+DEFAULT_TOOLS = "examples.example_tools:TOOLS"
 DEFAULT_DRAIN_SECONDS = 30.0
 # A workflow task offered to a worker's sticky queue moves to the shared task queue after
 # this long without being picked up. After a kill -9 it is how long the first update,
@@ -185,7 +185,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tools", default=DEFAULT_TOOLS, help="module:NAME of a list of tools")
     parser.add_argument("--sandbox", action="store_true", help="run the workflow in Temporal's sandbox")
     parser.add_argument(
-        "--metrics-port", metavar="[HOST:]PORT", type=telemetry.parse_listen,
+        "--metrics-port", metavar="[HOST:]PORT", type=otel.parse_listen,
         help="serve Prometheus metrics (ours and the Temporal SDK's) on this port (host default 127.0.0.1)",
     )  # fmt: skip
     parser.add_argument("--deployment", help="Worker Deployment name (with --build-id): a versioned worker")
@@ -209,7 +209,7 @@ async def main() -> None:
         definitions = load_definitions()
         check_definitions(definitions, tools)
         versioning = deployment_config(args.deployment, args.build_id)
-        metrics = telemetry.metrics(args.metrics_port)
+        metrics = otel.metrics(args.metrics_port)
         client = await connect(**({"runtime": metrics.runtime} if metrics else {}))
         mcp = McpActivities(definitions.mcp_servers)
         worker = build_worker(
@@ -225,10 +225,10 @@ async def main() -> None:
     where = f", deployment {args.deployment} build {args.build_id}" if versioning else ""
     logging.info("worker on task queue %s%s", task_queue(), where)
     try:
-        await telemetry.run_beside(metrics, run_until_terminated(worker))
+        await otel.run_beside(metrics, run_until_terminated(worker))
     finally:
         await mcp.aclose()  # ends the MCP servers it started
-        telemetry.flush_traces()
+        otel.flush_traces()
 
 
 async def run_until_terminated(worker: Worker) -> None:

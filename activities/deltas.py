@@ -15,7 +15,7 @@ from types import TracebackType
 
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from activities.types import TextDelta
+from activities.wire import TextDelta
 
 STREAM_DELTAS_AFTER_S = 0.5
 DELTA_TOPIC = "delta"

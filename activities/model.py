@@ -24,12 +24,12 @@ from temporalio.exceptions import ApplicationError
 
 from activities.context import Fitted, estimate_tokens, fit, summary_request
 from activities.deltas import Deltas
-from activities.errors import PROMPT_TOO_LONG, TRANSCRIPT_MISSING
+from activities.model_errors import PROMPT_TOO_LONG, TRANSCRIPT_MISSING
 from activities.providers import ModelTurn, Provider, ProviderCall, resolve
 from activities.providers.anthropic import AnthropicProvider
-from activities.telemetry import model_call_telemetry
+from activities.attempt_telemetry import model_call_telemetry
 from activities.transcript import TranscriptMissing, TranscriptStore, open_store
-from activities.types import ModelReply, ModelRequest, ToolSpec, tool_specs_text
+from activities.wire import ModelReply, ModelRequest, ToolSpec, tool_specs_text
 
 HEARTBEAT_EVERY_S = 1.0
 SIZES_KEPT = 1024  # transcripts whose token estimates are kept, like the store's own cache

@@ -21,9 +21,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from temporalio import activity
 
-from activities.telemetry import tool_call_telemetry
+from activities.attempt_telemetry import tool_call_telemetry
 from activities.transcript import TranscriptStore, open_store
-from activities.types import ToolOutcome, ToolPolicy, ToolRequest, ToolSpec
+from activities.wire import ToolOutcome, ToolPolicy, ToolRequest, ToolSpec
 
 HEARTBEAT_EVERY_S = 1.0
 INLINE_OUTPUT_CHARS = 1024

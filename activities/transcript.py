@@ -5,7 +5,7 @@ messages added since. Its reference is the SHA-256 of both, so a reference alway
 the same messages, whichever worker wrote it. Tool outputs too long for history and
 summaries live beside them. The store is a folder under the data directory, shared by
 the workers of one machine, or with `AGENT_STORE_URL=s3://BUCKET/PREFIX` an S3 bucket
-shared by every machine, read through a cache on local disk (activities/objects.py).
+shared by every machine, read through a cache on local disk (infra/objects.py).
 With `AGENT_PAYLOAD_KEYS` set, every object is encrypted. The workflow keeps every
 message it has seen, so a missing segment is never fatal: the model activity reports it
 and the workflow sends the whole transcript once instead.
@@ -20,9 +20,9 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from activities.data import data_dir
-from activities.keyring import Keyring, keyring_from_env
-from activities.objects import CachedObjects, LocalObjects, Objects, SealedObjects
+from infra.datadir import data_dir
+from infra.keyring import Keyring, keyring_from_env
+from infra.objects import CachedObjects, LocalObjects, Objects, SealedObjects
 
 
 class TranscriptMissing(LookupError):
@@ -33,7 +33,7 @@ def open_objects(url: str | None = None, keyring: Keyring | None = None) -> Obje
     """The objects of `AGENT_STORE_URL` (default: the data directory), sealed with `keyring`."""
     objects: Objects
     if url:
-        from activities.s3 import S3Objects, parse_url
+        from infra.s3 import S3Objects, parse_url
 
         location = parse_url(url)
         cache = LocalObjects(data_dir() / "store-cache" / location.bucket / (location.prefix or "_"))

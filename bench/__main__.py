@@ -24,7 +24,7 @@ from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from plumbing import devserver
+from devservers import temporal_server
 from bench import probe, report, scenarios
 from bench.contenders import CORE, OPTIONAL, FakeModel, make
 from bench.procs import ROOT, Child
@@ -87,11 +87,11 @@ async def run(args: argparse.Namespace) -> Path:
     tuned = args.server == "tuned"
     try:
         log(f"work directory {work}")
-        fake_child = Child("fakemodel", ["-m", "bench.fakeserver"], env, work / "fakemodel.log")
+        fake_child = Child("devservers.fakemodel", ["-m", "bench.fakeserver"], env, work / "devservers.fakemodel.log")
         fake = FakeModel(await asyncio.to_thread(fake_child.wait_line))
         # The dev server's default in-memory store: no disk fsync per transaction, so the
         # figures are the orchestration's, not this machine's disk latency.
-        server = devserver.start(log_file=work / "temporal.log", tuned=tuned, gomaxprocs=args.gomaxprocs)
+        server = temporal_server.start(log_file=work / "temporal.log", tuned=tuned, gomaxprocs=args.gomaxprocs)
         log(f"dev server {server.address} (pid {server.pid}, {args.server} settings), "
             f"fake model {fake.url} (pid {fake_child.pid})")  # fmt: skip
         results.probe[args.server] = await probe.round_trips(server.address)
@@ -120,7 +120,7 @@ async def run(args: argparse.Namespace) -> Path:
             _stop(contenders)
         server.stop()
         if tuned and not args.no_reference:
-            server = devserver.start(log_file=work / "temporal-default.log", tuned=False, gomaxprocs=args.gomaxprocs)
+            server = temporal_server.start(log_file=work / "temporal-default.log", tuned=False, gomaxprocs=args.gomaxprocs)
             log(f"reference: dev server {server.address} (pid {server.pid}) with Temporal's default settings")
             results.probe["default"] = await probe.round_trips(server.address)
             log(f"  server round trips: {_round_trips(results.probe['default'])}")

@@ -250,8 +250,8 @@ class FloorContender(TemporalContender):
 
 class ProjectContender(TemporalContender):
     async def start(self, session, steps, size):
-        from plumbing.sessions import initial_search_attributes
-        from workflows.types import Limits, SessionInput
+        from sessions.control import initial_search_attributes
+        from workflows.contract import Limits, SessionInput
 
         session_input = SessionInput(
             goal=GOAL,
@@ -309,7 +309,7 @@ async def _make(key: str, address: str, fake_url: str, env: dict[str, str], log:
     else:
         if key.startswith("project") and "--sticky-timeout" not in worker_args:
             worker_args = (*PROJECT_WORKER, *worker_args)
-        child = Child(key, ["-m", "bench.worker", key, address, queue, fake_url, *worker_args], env, log)
+        child = Child(key, ["-m", "bench.bench_worker", key, address, queue, fake_url, *worker_args], env, log)
     ready = await asyncio.wait_for(asyncio.to_thread(child.wait_line), 120)
     if ready != "ready":
         child.stop()
@@ -319,7 +319,7 @@ async def _make(key: str, address: str, fake_url: str, env: dict[str, str], log:
     if key == "floor":
         return FloorContender(key, child, queue, await Client.connect(address))
     if key in ("project", "project-local"):
-        from plumbing.connection import connect
+        from infra.connection import connect
 
         return ProjectContender(key, child, queue, await connect(target_host=address))
     if key == "pydantic-ai":

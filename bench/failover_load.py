@@ -28,7 +28,7 @@ from pathlib import Path
 
 from bench.fakeserver import BenchHTTPServer
 from bench.procs import Child
-from plumbing import devserver
+from devservers import temporal_server
 
 # heartbeat timeout s, sticky timeout s: the SDK's and our old defaults, the new ones, and
 # each change alone
@@ -72,9 +72,9 @@ async def run_sessions(
     histories record (read after the clock has stopped)."""
     from temporalio.api.enums.v1 import EventType, TimeoutType
 
-    from plumbing.connection import connect
+    from infra.connection import connect
     from workflows.agent import AgentWorkflow
-    from workflows.types import SessionInput
+    from workflows.contract import SessionInput
 
     client = await connect(target_host=address)
     before, started = [cpu_seconds(pid) for pid in processes], time.monotonic()
@@ -100,7 +100,7 @@ async def run_sessions(
 
 def measure(setting: str, args: argparse.Namespace, work: Path) -> Outcome:
     heartbeat_s, sticky_s = SETTINGS[setting]
-    server = devserver.start(db_file=work / f"{setting}.db", log_file=work / f"{setting}-temporal.log")
+    server = temporal_server.start(db_file=work / f"{setting}.db", log_file=work / f"{setting}-temporal.log")
     fake = BenchHTTPServer(("127.0.0.1", 0))
     threading.Thread(target=fake.serve_forever, daemon=True).start()
     fake_url = f"http://127.0.0.1:{fake.server_address[1]}"
@@ -153,10 +153,10 @@ async def worker_main(address: str, queue: str, fake_url: str, heartbeat_s: floa
 
     import workflows.model_calls
     import workflows.tool_calls
-    from activities.data import data_dir
+    from infra.datadir import data_dir
     from activities.model import ModelActivities
     from activities.transcript import TranscriptStore
-    from plumbing.connection import connect
+    from infra.connection import connect
     from tests.support.tools import TOOLS
     from worker import build_worker
 

@@ -1,6 +1,6 @@
 """`python -m bench.fakeserver PORT`: the project's fake Messages API, tuned for load.
 
-The same server as `fakemodel` (it answers at once), with two changes for benchmarks:
+The same server as `devservers.fakemodel` (it answers at once), with two changes for benchmarks:
 a listen backlog that takes 200 sessions connecting at once, and a request log that
 keeps only the session, step and arrival time (not every request body, which grows
 with the transcript). `GET /_requests?session=ID` then gives the model-call times.
@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from fakemodel import server as fake
+from devservers.fakemodel import server as fake
 
 
 class LightScript(fake.Script):

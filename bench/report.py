@@ -108,9 +108,9 @@ def versions() -> list[str]:
         except metadata.PackageNotFoundError:
             lines.append(f"- {name}: not installed")
     try:
-        from plumbing import devserver
+        from devservers import temporal_server
 
-        out = subprocess.run([devserver.temporal_binary(), "--version"], capture_output=True, text=True, timeout=20)
+        out = subprocess.run([temporal_server.temporal_binary(), "--version"], capture_output=True, text=True, timeout=20)
         lines.append(f"- Temporal CLI / dev server: {out.stdout.strip()}")
     except Exception:
         pass
@@ -162,12 +162,12 @@ def plot(results: Results, path: Path) -> bool:
 
 
 def _server_words(meta: dict[str, Any]) -> str:
-    from plumbing import devserver
+    from devservers import temporal_server
 
     if meta.get("server", "tuned") == "default":
         words = "Temporal's default settings"
     else:
-        words = "the bundled server's tuned settings (" + ", ".join(f"`{k}={v}`" for k, v in devserver.TUNED.items()) + ")"
+        words = "the bundled server's tuned settings (" + ", ".join(f"`{k}={v}`" for k, v in temporal_server.TUNED.items()) + ")"
     if meta.get("gomaxprocs"):
         words += f", `GOMAXPROCS={meta['gomaxprocs']}`"
     return words
@@ -185,7 +185,7 @@ def scale_section(results: Results, cfg: Config) -> list[str]:
         "call's return (logged by the tool) to the session's next model request (logged by the model server): "
         "the tool result recorded, a workflow task, the model activity dispatched and started. Memory per "
         "cached session is the worker's peak resident set during the run, less what it held before, over the "
-        f"sessions. Worker settings (bench/worker.py flags): `{sc['worker_flags']}`. Of the gap, the "
+        f"sessions. Worker settings (bench/bench_worker.py flags): `{sc['worker_flags']}`. Of the gap, the "
         "workflow task's wait is from its scheduling to a worker picking it up, by the server's clock (from the "
         "histories); \"moved\" counts the steps whose task timed out on the worker's sticky queue and moved to "
         "the shared one."

@@ -40,7 +40,7 @@ QUICK = Config(single_steps=10, single_reps=2, many_sessions=20, many_steps=3, m
                history_steps=(5, 10, 20), history_output=5000, timeout_s=60, settle_s=1.0,
                scale_sessions=100, scale_steps=3, scale_delay_s=0.5, scale_timeout_s=120)  # fmt: skip
 
-# This project's worker for the scale scenario (bench/worker.py flags). Every session in
+# This project's worker for the scale scenario (bench/bench_worker.py flags). Every session in
 # flight stays in the workflow cache (an evicted one is replayed from its history at its
 # next step), and every one can have its model call in flight: a call waiting on the
 # model holds an activity slot, and with the SDK's default of 100 slots the tool calls

@@ -12,8 +12,8 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from temporalio.client import Client
 
-from plumbing.connection import connect
-from service import errors, events, pages, routes
+from infra.connection import connect
+from service import http_errors, pages, routes, sse
 from service.auth import Users, current_user
 from service.feeds import Feeds
 from service.ownership import Owners
@@ -42,8 +42,8 @@ def create_app(users: Users, client: Client | None = None) -> FastAPI:
         lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
     )  # fmt: skip
     app.state.users = users
-    errors.install(app)
-    app.add_middleware(errors.BodyLimit)
+    http_errors.install(app)
+    app.add_middleware(http_errors.BodyLimit)
     for module in (pages, routes, events):
         app.include_router(module.router)
     _docs(app)

@@ -21,7 +21,7 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from plumbing.errors import AgentError
+from infra.errors import AgentError
 
 COOKIE = "agent_session"
 OPERATOR = "operator"

@@ -13,10 +13,10 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from plumbing import sessions
-from plumbing.errors import AgentError, BadRequest, SessionNotFound
+from sessions import control
+from infra.errors import AgentError, BadRequest, SessionNotFound
 from service.auth import User
-from workflows.types import SessionStatus
+from workflows.contract import SessionStatus
 
 LIST_QUERY_TIMEOUT = 3.0  # seconds per session; they are asked all at once
 
@@ -32,7 +32,7 @@ class Owners:
 
     async def status(self, user: User, session_id: str) -> SessionStatus:
         """The session's status, if this user may see it; `SessionNotFound` otherwise."""
-        found = await sessions.status(self.client, session_id)
+        found = await control.status(self.client, session_id)
         self.remember(session_id, found.user_id)
         if not user.may_see(found.user_id):
             raise SessionNotFound(session_id)
@@ -48,16 +48,16 @@ class Owners:
 
     async def has_search_attributes(self) -> bool:
         # Once registered they stay; until then, ask each time.
-        self._search_attributes = self._search_attributes or await sessions.has_search_attributes(self.client)
+        self._search_attributes = self._search_attributes or await control.has_search_attributes(self.client)
         return self._search_attributes
 
     async def listing(self, user: User, status: str | None, limit: int) -> list[dict[str, Any]]:
         """The status objects of the sessions this user may see, newest first."""
         mine = None if user.operator else user.name
         if await self.has_search_attributes():
-            rows = await sessions.list_sessions(self.client, status=status, user=mine, limit=limit)
+            rows = await control.list_sessions(self.client, status=status, user=mine, limit=limit)
         elif mine is None and status in (None, "stuck"):
-            rows = await sessions.list_sessions(self.client, status=status, limit=limit)
+            rows = await control.list_sessions(self.client, status=status, limit=limit)
         else:
             raise BadRequest("listing by user or status needs the Agent* search attributes; see the README")
         found = await asyncio.gather(*(self._status_of(row) for row in rows))
@@ -70,7 +70,7 @@ class Owners:
     async def _status_of(self, row: dict[str, Any]) -> dict[str, Any]:
         try:
             found = await asyncio.wait_for(
-                sessions.status(self.client, row["session_id"]), LIST_QUERY_TIMEOUT
+                control.status(self.client, row["session_id"]), LIST_QUERY_TIMEOUT
             )
         except (AgentError, RPCError, TimeoutError) as err:
             return _from_row(row, str(err) or "no worker answered in time")

@@ -1,7 +1,7 @@
 """`/v1/sessions`: start, list, read and steer sessions, as the authenticated user.
 
 The caller's name comes from the token, never from the body: it is the session's
-`user_id` and every decision's `decided_by`. Steering goes through `plumbing.sessions.act`
+`user_id` and every decision's `decided_by`. Steering goes through `sessions.control.act`
 with the workflow's typed update references, like the command line.
 """
 
@@ -16,17 +16,17 @@ from pydantic import ValidationError
 
 from temporalio.exceptions import ApplicationError
 
-from activities.definitions import DefinitionError, load_definitions
+from infra.definitions import DefinitionError, load_definitions
 from activities.providers import split
-from plumbing import agents, render, sessions
-from plumbing.connection import task_queue
-from plumbing.errors import InvalidInput
+from sessions import control, render, start_input
+from infra.connection import task_queue
+from infra.errors import InvalidInput
 from service import schemas
 from service.auth import User, current_user
 from service.ownership import Owners
 from workflows.agent import AgentWorkflow
-from workflows.pricing import PRICES
-from workflows.types import CancelRequest, Decision, SessionInput, SessionStatus, UserMessage
+from sessions.pricing import PRICES
+from workflows.contract import CancelRequest, Decision, SessionInput, SessionStatus, UserMessage
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 Caller = Annotated[User, Depends(current_user)]
@@ -53,12 +53,12 @@ async def start_session(body: schemas.StartSession, user: Caller, owned: Owned) 
     """Start a session for the caller; answers its status."""
     session_input = await _session_input(body, user, owned)
     session_id = body.session_id or f"session-{uuid.uuid4().hex[:12]}"
-    await sessions.start(
+    await control.start(
         owned.client, session_input, session_id, task_queue=task_queue(),
         summary=render.shorten(body.goal, 200), details=render.session_details(session_input),
     )  # fmt: skip
     owned.remember(session_id, user.name)
-    return await sessions.status(owned.client, session_id)
+    return await control.status(owned.client, session_id)
 
 
 async def _session_input(body: schemas.StartSession, user: User, owned: Owners) -> SessionInput:
@@ -73,8 +73,8 @@ async def _session_input(body: schemas.StartSession, user: User, owned: Owners) 
         if body.model is not None:
             split(body.model)
         definitions = load_definitions()
-        agent = agents.chosen_agent(definitions, body.agent)
-        session_input = agents.session_input(
+        agent = start_input.chosen_agent(definitions, body.agent)
+        session_input = start_input.session_input(
             definitions, agent, goal=body.goal, limits={k: v for k, v in limits.items() if v is not None}, fields=fields
         )
     except ApplicationError as err:  # an unknown model provider
@@ -112,7 +112,7 @@ async def get_session(session_id: str, user: Caller, owned: Owned) -> SessionSta
 async def get_history(session_id: str, user: Caller, owned: Owned) -> dict[str, Any]:
     """What `client.py history --json` prints."""
     await owned.check(user, session_id)
-    return sessions.history_document(await sessions.history(owned.client, session_id))
+    return control.history_document(await control.history(owned.client, session_id))
 
 
 CONFLICT = {**ERRORS, 409: {"description": "the session refused (its reason), or has ended"}}
@@ -123,16 +123,16 @@ async def _steer(
     owned: Owners, user: User, session_id: str, update: Callable[..., Any], *args: Any
 ) -> SessionStatus:
     await owned.check(user, session_id)
-    await sessions.act(owned.client, session_id, update, *args)
-    return await sessions.status(owned.client, session_id)
+    await control.act(owned.client, session_id, update, *args)
+    return await control.status(owned.client, session_id)
 
 
 async def _decide(owned: Owners, user: User, session_id: str, update: Callable[..., Any], decision: Decision) -> SessionStatus:
     """A decision on a call of this session or of one of its sub-agents (shown in its status)."""
     await owned.check(user, session_id)
-    owner = await sessions.owner_of_call(owned.client, session_id, decision.tool_use_id)
-    await sessions.act(owned.client, owner, update, decision)
-    return await sessions.status(owned.client, session_id)
+    owner = await control.owner_of_call(owned.client, session_id, decision.tool_use_id)
+    await control.act(owned.client, owner, update, decision)
+    return await control.status(owned.client, session_id)
 
 
 @router.post("/{session_id}/approve", responses=EDIT_REFUSED)

@@ -16,16 +16,16 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client, WorkflowHandle
 
-from plumbing import devserver
+from devservers import temporal_server
 from activities.model import ModelActivities
 from activities.transcript import TranscriptStore
-from plumbing.connection import connect
-from fakemodel import FakeModelServer
+from infra.connection import connect
+from devservers.fakemodel import FakeModelServer
 from tests.support.procs import ProcessHarness, Workers
 from tests.support.tools import TOOLS
 from worker import build_worker
 from workflows.agent import AgentWorkflow
-from workflows.types import Limits, SessionInput, SessionStatus
+from workflows.contract import Limits, SessionInput, SessionStatus
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "test-output"
@@ -40,7 +40,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def dev_server(data_dir: Path):
-    server = devserver.start(db_file=data_dir / "temporal.db", log_file=data_dir / "temporal.log")
+    server = temporal_server.start(db_file=data_dir / "temporal.db", log_file=data_dir / "temporal.log")
     yield server
     server.stop()
 
@@ -53,7 +53,7 @@ def fake_model():
 
 
 @pytest_asyncio.fixture(scope="session")
-async def client(dev_server: devserver.DevServer) -> Client:
+async def client(dev_server: temporal_server.DevServer) -> Client:
     return await connect(target_host=dev_server.address)
 
 

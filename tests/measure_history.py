@@ -18,14 +18,14 @@ import uuid
 from pathlib import Path
 
 
-from plumbing import devserver
-from plumbing.connection import connect
-from fakemodel import FakeModelServer
+from devservers import temporal_server
+from infra.connection import connect
+from devservers.fakemodel import FakeModelServer
 from tests.conftest import model_activities
 from tests.support.tools import TOOLS
 from worker import build_worker
 from workflows.agent import AgentWorkflow
-from workflows.types import Limits, SessionHistory, SessionInput
+from workflows.contract import Limits, SessionHistory, SessionInput
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "long-sessions.md"
 OUTPUT_CHARS = 5000
@@ -61,7 +61,7 @@ async def measure(client, fake: FakeModelServer, queue: str, steps: int, can_eve
 async def main(sizes: list[int]) -> None:
     data = Path(tempfile.mkdtemp(prefix="agent-history-"))
     os.environ["AGENT_DATA_DIR"] = str(data)
-    server = devserver.start(db_file=data / "temporal.db")
+    server = temporal_server.start(db_file=data / "temporal.db")
     fake = FakeModelServer().start()
     try:
         client = await connect(target_host=server.address)

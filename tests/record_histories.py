@@ -36,7 +36,7 @@ def answer(text: str, **extra) -> dict:
 
 
 async def wait_for(handle, status: str, timeout: float = 30) -> None:
-    from workflows.types import SessionStatus
+    from workflows.contract import SessionStatus
 
     deadline = asyncio.get_running_loop().time() + timeout
     while (await handle.query("status", result_type=SessionStatus)).status != status:
@@ -54,14 +54,14 @@ async def nothing(handle) -> None:
 
 
 async def approve(handle) -> None:
-    from workflows.types import Decision
+    from workflows.contract import Decision
 
     await wait_for(handle, "waiting_approval")
     await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
 
 
 async def approve_by_signal(handle) -> None:
-    from workflows.types import Decision
+    from workflows.contract import Decision
 
     await wait_for(handle, "waiting_approval")
     await handle.signal("approve", Decision(tool_use_id="unknown"))  # ignored
@@ -69,7 +69,7 @@ async def approve_by_signal(handle) -> None:
 
 
 async def deny(handle) -> None:
-    from workflows.types import Decision
+    from workflows.contract import Decision
 
     await wait_for(handle, "waiting_approval")
     await handle.execute_update("deny_call", Decision(tool_use_id="e1", reason="not today"), result_type=str)
@@ -98,7 +98,7 @@ async def pause_resume(handle) -> None:
 
 
 async def approve_edited(handle) -> None:
-    from workflows.types import Decision
+    from workflows.contract import Decision
 
     await wait_for(handle, "waiting_approval")
     edited = {**EMAIL, "to": "boss@example.com"}
@@ -107,7 +107,7 @@ async def approve_edited(handle) -> None:
 
 async def approve_in_child(handle) -> None:
     """The child's call shows in the parent's status; the decision goes to the child."""
-    from workflows.types import Decision
+    from workflows.contract import Decision
 
     await wait_for(handle, "waiting_approval")
     child = handle._client.get_workflow_handle(f"{handle.id}.sub-1")
@@ -115,7 +115,7 @@ async def approve_in_child(handle) -> None:
 
 
 def subagent_fields() -> dict:
-    from workflows.types import AgentSpec, Limits, SubAgent
+    from workflows.contract import AgentSpec, Limits, SubAgent
 
     helper = AgentSpec(name="helper", approval={"send_email": "always"})
     sub = SubAgent(name="helper", description="sends emails", model="claude-haiku-4-5", system="Be brief.",
@@ -204,20 +204,20 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
 
 async def record(names: list[str], out: Path) -> None:
 
-    from plumbing import devserver
+    from devservers import temporal_server
     from tests.conftest import model_activities
-    from plumbing.connection import connect
-    from plumbing.sessions import initial_search_attributes
-    from fakemodel import FakeModelServer
+    from infra.connection import connect
+    from sessions.control import initial_search_attributes
+    from devservers.fakemodel import FakeModelServer
     from tests.support.tools import TOOLS
     from worker import build_worker
     from workflows.agent import AgentWorkflow
-    from workflows.types import Limits, SessionInput
+    from workflows.contract import Limits, SessionInput
 
     logging.getLogger("temporalio").setLevel(logging.CRITICAL)  # expected activity failures
     data = Path(tempfile.mkdtemp(prefix="record-histories-"))
     os.environ["AGENT_DATA_DIR"] = str(data)
-    server = devserver.start(log_file=data / "temporal.log")
+    server = temporal_server.start(log_file=data / "temporal.log")
     model = FakeModelServer().start()
     try:
         client = await connect(target_host=server.address)

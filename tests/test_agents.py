@@ -14,12 +14,12 @@ from pathlib import Path
 
 from temporalio.client import WorkflowExecutionStatus
 
-from activities.data import read_effects
+from infra.datadir import read_effects
 from tests.conftest import ROOT, Harness, answer, tool_use
 from tests.support.reliability import record
 from tests.test_watch import EMAIL, cli_env, wait_for_status
 from workflows.agent import AgentWorkflow
-from workflows.types import SessionHistory, SessionStatus
+from workflows.contract import SessionHistory, SessionStatus
 
 AREA = "Agents"
 NOTE = {"title": "t", "text": "x"}

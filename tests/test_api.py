@@ -17,13 +17,14 @@ import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from fakemodel import FakeModelServer
-from plumbing import devserver, sessions
+from devservers.fakemodel import FakeModelServer
+from devservers import temporal_server
+from sessions import control
 from tests.conftest import answer, tool_use
 from tests.support.api import (
     TOKENS, ApiProcess, Sse, api_env, collect_events, read_sse, serve_api, start_api, wait_for,
 )  # fmt: skip
-from workflows.types import SessionInput
+from workflows.contract import SessionInput
 
 EMAIL = {"to": "team@example.com", "subject": "hi", "body": "x"}
 POLL_UPDATE = "__temporal_workflow_stream_poll"
@@ -31,7 +32,7 @@ POLL_UPDATE = "__temporal_workflow_stream_poll"
 
 @pytest_asyncio.fixture(scope="module")
 async def api(
-    client: Client, dev_server: devserver.DevServer, fake_model: FakeModelServer, data_dir: Path,
+    client: Client, dev_server: temporal_server.DevServer, fake_model: FakeModelServer, data_dir: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[ApiProcess]:  # fmt: skip
     async with serve_api(
@@ -228,7 +229,7 @@ async def test_a_session_no_worker_answers_for_is_listed_from_its_search_attribu
 ):
     session_id = new_id()
     started = SessionInput(goal="nobody runs this", user_id="alice", search_attributes=True)
-    handle = await sessions.start(
+    handle = await control.start(
         client, started, session_id, task_queue=f"nobody-{session_id}", summary="", details=""
     )
     try:
@@ -489,7 +490,7 @@ async def test_events_keep_alive_while_nothing_happens(api: ApiProcess, fake_mod
 
 
 def test_a_broken_users_file_is_one_line_naming_the_file_and_field(
-    tmp_path: Path, dev_server: devserver.DevServer, data_dir: Path
+    tmp_path: Path, dev_server: temporal_server.DevServer, data_dir: Path
 ):
     import subprocess
     import sys
@@ -512,7 +513,7 @@ def test_a_broken_users_file_is_one_line_naming_the_file_and_field(
 
 
 async def test_without_a_users_file_it_prints_a_local_url_with_a_token(
-    tmp_path: Path, dev_server: devserver.DevServer, data_dir: Path
+    tmp_path: Path, dev_server: temporal_server.DevServer, data_dir: Path
 ):
     import re
 

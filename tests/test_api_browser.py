@@ -15,8 +15,8 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client
 
-from fakemodel import FakeModelServer
-from plumbing import devserver
+from devservers.fakemodel import FakeModelServer
+from devservers import temporal_server
 from tests.conftest import OUTPUT, answer, tool_use
 from tests.support.api import TOKENS, ApiProcess, serve_api
 
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's ch
 
 
 @pytest_asyncio.fixture(scope="module")
-async def api(client: Client, dev_server: devserver.DevServer, data_dir: Path,
+async def api(client: Client, dev_server: temporal_server.DevServer, data_dir: Path,
               tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ApiProcess]:  # fmt: skip
     # Its own fake model: the session id is the server's to choose, so the script is for "*".
     model = FakeModelServer().start()

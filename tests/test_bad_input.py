@@ -14,12 +14,12 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 
-from plumbing import devserver
-from activities.data import read_effects
+from devservers import temporal_server
+from infra.datadir import read_effects
 from tests.conftest import ROOT, Harness, answer, tool_use
 from tests.support.reliability import record
 from tests.test_loop import wait_for_status
-from workflows.types import Decision, SessionHistory, SessionStatus
+from workflows.contract import Decision, SessionHistory, SessionStatus
 
 AREA = "Bad input"
 
@@ -78,7 +78,7 @@ async def test_client_mistakes_are_one_line_and_exit_1(harness: Harness, dev_ser
     await wait_for_status(running, "waiting_approval")
     big_goal = tmp_path / "big-goal.txt"
     big_goal.write_text("g" * 200_001)
-    closed_port = devserver.free_port()  # bound, then closed: nothing listens there
+    closed_port = temporal_server.free_port()  # bound, then closed: nothing listens there
     cases = {
         "unknown session": (["status", "no-such-session-42"], ["no session 'no-such-session-42'"]),
         "finished session (approve)": (["approve", done.session_id, "t1"], [done.session_id, "ended"]),

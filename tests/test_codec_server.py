@@ -1,4 +1,4 @@
-"""The codec endpoint (`python -m plumbing.codec_server`) as a real process on 127.0.0.1:
+"""The codec endpoint (`python -m infra.codec_server`) as a real process on 127.0.0.1:
 Temporal's remote codec protocol, CORS for the UI's origin, the token rule."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
-from activities.keyring import new_key, parse_keys
-from plumbing.connection import data_converter
-from plumbing.devserver import free_port, port_open
+from infra.keyring import new_key, parse_keys
+from infra.connection import data_converter
+from devservers.temporal_server import free_port, port_open
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = f"k0:{new_key()}"
@@ -28,7 +28,7 @@ UI = "http://localhost:8233"
 
 def start(port: int, **env: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "plumbing.codec_server", "--port", str(port)],
+        [sys.executable, "-m", "infra.codec_server", "--port", str(port)],
         cwd=ROOT, env={**os.environ, "AGENT_PAYLOAD_KEYS": KEYS, **env},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
@@ -89,7 +89,7 @@ async def test_with_a_token_only_its_bearer_is_served(codec_server: str):
 
 def test_off_loopback_without_a_token_it_refuses_to_start():
     done = subprocess.run(
-        [sys.executable, "-m", "plumbing.codec_server", "--host", "0.0.0.0", "--port", "1"],
+        [sys.executable, "-m", "infra.codec_server", "--host", "0.0.0.0", "--port", "1"],
         cwd=ROOT, env={**os.environ, "AGENT_PAYLOAD_KEYS": KEYS}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 1 and done.stderr.strip() == (

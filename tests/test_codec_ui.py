@@ -1,5 +1,5 @@
 """With AGENT_PAYLOAD_KEYS set, Temporal stores ciphertext, and the Temporal UI shows the
-session's goal decoded through the codec endpoint (plumbing/codec_server.py), in
+session's goal decoded through the codec endpoint (infra/codec_server.py), in
 headless Chromium (Debian's `chromium`)."""
 
 from __future__ import annotations
@@ -13,15 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from plumbing import codec_server, devserver
-from plumbing.connection import connect
+from devservers import temporal_server
+from infra import codec_server
+from infra.connection import connect
 from tests.conftest import OUTPUT, answer, model_activities
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
 from tests.test_ui_browser import CHROMIUM, chromium, page_text, rendered_frames
 from worker import build_worker
 from workflows.agent import AgentWorkflow
-from workflows.types import SessionInput
+from workflows.contract import SessionInput
 
 GOAL = "Summarise the quarterly numbers for the board, privately."
 
@@ -34,9 +35,9 @@ async def test_the_ui_shows_the_goal_decoded_through_the_codec_endpoint(
     tmp_path: Path, fake_model, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setenv("AGENT_PAYLOAD_KEYS", "k1:" + base64.b64encode(os.urandom(32)).decode())
-    ui_port, codec_port = devserver.free_port(), devserver.free_port()
+    ui_port, codec_port = temporal_server.free_port(), temporal_server.free_port()
     codec = codec_server.spawn(codec_port, tmp_path / "codec.log", ui_port=ui_port)
-    server = devserver.start(
+    server = temporal_server.start(
         ui_port=ui_port, db_file=tmp_path / "temporal.db", codec_endpoint=f"http://127.0.0.1:{codec_port}"
     )
     try:
@@ -73,7 +74,7 @@ async def test_the_ui_shows_the_goal_decoded_through_the_codec_endpoint(
 
 async def _wait_for_port(port: int, timeout: float = 20) -> None:
     for _ in range(int(timeout * 10)):
-        if devserver.port_open("127.0.0.1", port):
+        if temporal_server.port_open("127.0.0.1", port):
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"the codec endpoint did not listen on {port}")

@@ -12,7 +12,7 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.data import read_effects
+from infra.datadir import read_effects
 from activities.tools import ToolActivities
 from tests.conftest import Harness, answer, model_activities, tool_use
 from tests.support.reliability import record
@@ -20,7 +20,7 @@ from tests.support.tools import TOOLS
 from tests.test_watch import EMAIL, run_cli, wait_for_status
 from worker import build_worker
 from workflows.agent import AgentWorkflow
-from workflows.types import SessionHistory, SessionInput, SessionStatus
+from workflows.contract import SessionHistory, SessionInput, SessionStatus
 
 AREA = "Control"
 

@@ -33,7 +33,7 @@ from tests.support.procs import (
 from tests.support.reliability import record
 from worker import STICKY_TIMEOUT
 from workflows.tool_calls import HEARTBEAT_TIMEOUT
-from workflows.types import Decision, SessionHistory
+from workflows.contract import Decision, SessionHistory
 
 pytestmark = pytest.mark.process
 

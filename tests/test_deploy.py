@@ -29,7 +29,7 @@ from tests.support.procs import (
 )
 from tests.support.reliability import record
 from workflows.agent import AgentWorkflow
-from workflows.types import Decision
+from workflows.contract import Decision
 
 pytestmark = pytest.mark.process
 

@@ -17,17 +17,17 @@ import anthropic
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from activities.keyring import Keyring, UnknownKey, new_key, parse_keys
+from infra.keyring import Keyring, UnknownKey, new_key, parse_keys
 from activities.model import ModelActivities
-from fakemodel import FakeModelServer
-from plumbing.connection import connect, data_converter
-from plumbing.devserver import temporal_binary
+from devservers.fakemodel import FakeModelServer
+from infra.connection import connect, data_converter
+from devservers.temporal_server import temporal_binary
 from tests.conftest import answer, tool_use
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
 from worker import build_worker
 from workflows.agent import AgentWorkflow
-from workflows.types import Limits, SessionHistory, SessionInput, UserMessage
+from workflows.contract import Limits, SessionHistory, SessionInput, UserMessage
 
 AREA = "Encrypted payloads"
 K0, K1 = new_key(), new_key()

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType, TimeoutType
 
-from activities.data import read_effects
+from infra.datadir import read_effects
 from tests.conftest import Harness, answer, tool_use
 from tests.support.reliability import record
-from workflows.types import SessionHistory, SessionStatus
+from workflows.contract import SessionHistory, SessionStatus
 
 AREA = "Model API faults"
 

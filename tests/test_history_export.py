@@ -13,7 +13,7 @@ from temporalio.worker import Replayer
 from tests.conftest import Harness, answer, tool_use
 from tests.test_watch import run_cli
 from workflows.agent import AgentWorkflow
-from workflows.pricing import price_for
+from sessions.pricing import price_for
 
 PRICED = "claude-sonnet-4-6"
 

@@ -11,7 +11,7 @@ from temporalio.client import WorkflowUpdateFailedError
 
 from tests.conftest import Harness, answer, tool_use
 from tests.test_loop import wait_for_status
-from workflows.types import Decision, SessionHistory, SessionStatus, UserMessage
+from workflows.contract import Decision, SessionHistory, SessionStatus, UserMessage
 
 
 async def test_chat_turns_queue_and_close(harness: Harness):
@@ -168,7 +168,7 @@ async def test_chat_from_the_command_line(harness: Harness, dev_server, data_dir
 
 
 async def test_prompt_cache_is_read_across_steps(harness: Harness):
-    from workflows.pricing import price_for
+    from sessions.pricing import price_for
 
     price = price_for("claude-sonnet-4-6")
     turns = [tool_use("big_output", {"chars": 2000}, id=f"c{i}") for i in range(5)]

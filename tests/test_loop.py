@@ -6,9 +6,9 @@ import asyncio
 
 from temporalio.client import WorkflowUpdateFailedError
 
-from activities.data import read_effects
+from infra.datadir import read_effects
 from tests.conftest import Harness, answer, tool_use
-from workflows.types import Decision, SessionHistory
+from workflows.contract import Decision, SessionHistory
 
 
 async def test_tool_then_answer(harness: Harness):
@@ -117,7 +117,7 @@ async def test_cache_tokens_count_toward_the_budget(harness: Harness):
 
 
 async def test_cost_budget(harness: Harness):
-    from workflows.pricing import price_for
+    from sessions.pricing import price_for
 
     turn = {**tool_use("get_time"), "usage": {"input_tokens": 100_000, "output_tokens": 10}}
     result = await harness.run(
@@ -274,7 +274,7 @@ async def test_controls_after_the_end_are_rejected(harness: Harness):
 
 
 async def wait_for_status(handle, status: str, timeout: float = 20):
-    from workflows.types import SessionStatus
+    from workflows.contract import SessionStatus
 
     deadline = asyncio.get_running_loop().time() + timeout
     while True:

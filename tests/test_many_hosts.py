@@ -19,7 +19,7 @@ import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from fakemodel import FakeModelServer
+from devservers.fakemodel import FakeModelServer
 from tests.conftest import answer, tool_use
 from tests.support.procs import (
     ProcessHarness,

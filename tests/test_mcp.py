@@ -23,10 +23,10 @@ import pytest_asyncio
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.definitions import McpServer
+from infra.definitions import McpServer
 from activities.mcp import McpActivities
 from activities.transcript import TranscriptStore
-from activities.types import ToolRequest
+from activities.wire import ToolRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 STDIO = [sys.executable, "-m", "tests.support.mcp_servers", "--stdio"]
@@ -299,7 +299,7 @@ async def test_a_server_that_cannot_be_reached_or_is_unknown_is_one_line(tmp_pat
 
 
 async def test_the_example_notes_server(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "activities.example_mcp_server"]
+    command = [sys.executable, "-m", "examples.notes_server"]
     acts, _ = make(tmp_path, notes=McpServer(command=command, env={"AGENT_DATA_DIR": str(tmp_path)}))
     try:
         specs = {s.name: s.policy for s in await acts.list_mcp_tools(["notes"])}

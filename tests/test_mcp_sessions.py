@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest_asyncio
 from temporalio.client import Client
 
-from activities.definitions import McpServer
+from infra.definitions import McpServer
 from activities.mcp import McpActivities
 from tests.conftest import Harness, answer, model_activities, tool_use
 from tests.support.reliability import record
@@ -21,7 +21,7 @@ from tests.test_mcp import ENV, STDIO, HttpServer
 from tests.test_watch import wait_for_status
 from worker import build_worker
 from workflows.agent import AgentWorkflow
-from workflows.types import AgentSpec, SessionHistory, SessionStatus
+from workflows.contract import AgentSpec, SessionHistory, SessionStatus
 
 AREA = "MCP tool servers"
 AGENT = AgentSpec(name="mcp-user", mcp_servers=["local", "remote"], approval={"remote__set_*": "always"})

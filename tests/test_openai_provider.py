@@ -25,13 +25,13 @@ from temporalio.client import Client, WorkflowHandle
 from activities.model import ModelActivities
 from activities.providers.openai import OpenAIProvider
 from activities.transcript import TranscriptStore
-from fakemodel import FakeChatServer
+from devservers.fakemodel import FakeChatServer
 from tests.conftest import Harness, answer
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
 from tests.test_faults import gaps, model_activities
 from worker import build_worker
-from workflows.types import SessionHistory, SessionStatus
+from workflows.contract import SessionHistory, SessionStatus
 
 AREA = "Chat Completions API (`openai:` models)"
 MODEL = "openai:gpt-test"
@@ -274,14 +274,14 @@ async def test_a_context_length_error_is_answered_by_cutting_more(chat: ChatHarn
 async def test_the_assistant_agent_on_an_openai_model(chat: ChatHarness):
     """An agent from agents.toml run on an `openai:` model: its tools, its approval rule
     (send_email: always) and its sub-agent tool, through Chat Completions."""
-    from activities.definitions import load_definitions
-    from plumbing import agents
+    from infra.definitions import load_definitions
+    from sessions import start_input
 
     turns = [
         calls({"name": "send_email", "input": {"to": "team@example.com", "subject": "hi", "body": "x"}, "id": "call_e1"}),
         answer("Sent."),
     ]
-    session_input = agents.session_input(
+    session_input = start_input.session_input(
         load_definitions(), "assistant", goal="email the team", limits={}, fields={"model": MODEL}
     )
     session_id = f"test-{uuid.uuid4().hex[:10]}"

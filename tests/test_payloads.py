@@ -17,12 +17,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from activities.tools import tool
-from fakemodel import FakeModelServer
+from devservers.fakemodel import FakeModelServer
 from tests.conftest import Harness, answer, model_activities, tool_use
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
 from worker import build_worker
-from workflows.types import SessionHistory
+from workflows.contract import SessionHistory
 
 AREA = "Payloads"
 MB = 1024 * 1024
@@ -152,7 +152,7 @@ async def test_huge_goal_at_the_limit(payload_harness: Harness):
 def test_a_bigger_goal_is_refused_before_it_starts():
     from pydantic import ValidationError
 
-    from workflows.types import SessionInput
+    from workflows.contract import SessionInput
 
     with pytest.raises(ValidationError) as caught:
         SessionInput(goal="x" * 200_001)

@@ -11,11 +11,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from activities.data import read_effects
+from infra.datadir import read_effects
 from tests.conftest import Harness, answer, tool_use
 from tests.support.reliability import record
 from tests.test_loop import wait_for_status
-from workflows.types import FINAL_STATUSES, Decision, SessionHistory, SessionStatus
+from workflows.contract import FINAL_STATUSES, Decision, SessionHistory, SessionStatus
 
 AREA = "Cancel, pause and approval races"
 EMAIL = {"to": "a@example.com", "subject": "hi", "body": "x"}

@@ -17,15 +17,15 @@ import pytest_asyncio
 from google.protobuf.json_format import MessageToJson
 from temporalio.client import Client
 
-from activities.data import read_effects
+from infra.datadir import read_effects
 from activities.tools import tool
-from fakemodel import FakeModelServer
+from devservers.fakemodel import FakeModelServer
 from tests.conftest import ROOT, Harness, answer, history_text, model_activities, tool_use
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
 from worker import build_worker
 from workflows.agent import AgentWorkflow
-from workflows.types import SessionHistory, SessionInput, SessionStatus
+from workflows.contract import SessionHistory, SessionInput, SessionStatus
 
 AREA = "Secrets and trust"
 

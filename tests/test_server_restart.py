@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from plumbing import devserver
-from plumbing.connection import connect
-from fakemodel import FakeModelServer
+from devservers import temporal_server
+from infra.connection import connect
+from devservers.fakemodel import FakeModelServer
 from tests.conftest import answer, tool_use
 from tests.support.procs import (
     ProcessHarness,
@@ -28,7 +28,7 @@ from tests.support.procs import (
     wait_until,
 )
 from tests.support.reliability import record
-from workflows.types import Decision, SessionStatus
+from workflows.contract import Decision, SessionStatus
 
 pytestmark = pytest.mark.process
 
@@ -41,15 +41,15 @@ class OwnServer:
 
     def __init__(self, db_file: Path, log_file: Path):
         self.db_file, self.log_file = db_file, log_file
-        self.port = devserver.free_port()
-        self.server: devserver.DevServer | None = None
+        self.port = temporal_server.free_port()
+        self.server: temporal_server.DevServer | None = None
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        self.server = devserver.start(port=self.port, db_file=self.db_file, log_file=self.log_file)
+        self.server = temporal_server.start(port=self.port, db_file=self.db_file, log_file=self.log_file)
 
     def stop(self, *, kill: bool = False) -> float:
         """Stop the server by its PID; returns the wall-clock time it was gone."""
@@ -89,7 +89,7 @@ async def procs(
 async def _restart(own_server: OwnServer, *, kill: bool) -> tuple[float, float]:
     """Stop the server, keep it down DOWN_S seconds, start it again on the same port and file."""
     down_at = own_server.stop(kill=kill)
-    assert not devserver.port_open("127.0.0.1", own_server.port)
+    assert not temporal_server.port_open("127.0.0.1", own_server.port)
     await asyncio.sleep(DOWN_S)
     own_server.start()
     return down_at, time.time()
@@ -163,7 +163,7 @@ async def test_server_stopped_while_waiting_for_approval(procs: ProcessHarness, 
 
 def test_gomaxprocs_reaches_the_server(tmp_path: Path):
     """`devserver.py --gomaxprocs N` runs the server's Go runtime with GOMAXPROCS=N."""
-    server = devserver.start(log_file=tmp_path / "temporal.log", gomaxprocs=1)
+    server = temporal_server.start(log_file=tmp_path / "temporal.log", gomaxprocs=1)
     try:
         environ = Path(f"/proc/{server.pid}/environ").read_bytes().split(b"\0")
         assert b"GOMAXPROCS=1" in environ

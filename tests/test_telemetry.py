@@ -28,11 +28,11 @@ from temporalio.contrib.opentelemetry import OpenTelemetryInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from activities.definitions import load_definitions
-from fakemodel import FakeModelServer
-from plumbing import telemetry
-from plumbing.agents import session_input
-from plumbing.connection import connect
+from infra.definitions import load_definitions
+from devservers.fakemodel import FakeModelServer
+from infra import otel
+from sessions.start_input import session_input
+from infra.connection import connect
 from tests.conftest import Harness, answer, model_activities, tool_use
 from tests.support.procs import wait_for_status
 from tests.support.reliability import record
@@ -41,7 +41,7 @@ from tests.test_agents import TEAM
 from tests.test_replay import FILES as HISTORY_FILES
 from worker import build_worker
 from workflows.agent import AgentWorkflow
-from workflows.types import Decision
+from workflows.contract import Decision
 
 AREA = "Telemetry"
 EMAIL = {"to": "a@example.com", "subject": "hi", "body": "x"}
@@ -60,7 +60,7 @@ _exporter = InMemorySpanExporter()
 @pytest.fixture(scope="session")
 def spans() -> InMemorySpanExporter:
     # One tracer provider per process (OpenTelemetry's rule): installed once, shared.
-    telemetry.install_tracing(SimpleSpanProcessor(_exporter))
+    otel.install_tracing(SimpleSpanProcessor(_exporter))
     return _exporter
 
 
@@ -201,7 +201,7 @@ def _total(points: dict[str, list], name: str, **match: str) -> float:
 
 async def test_metric_values_after_a_scripted_session(dev_server, fake_model: FakeModelServer, data_dir: Path):
     reader = InMemoryMetricReader()
-    metrics = telemetry.metrics(readers=[reader])
+    metrics = otel.metrics(readers=[reader])
     assert metrics is not None
     client = await connect(target_host=dev_server.address, runtime=metrics.runtime, interceptors=[])
     drain = asyncio.create_task(metrics.exporter.run())
@@ -267,7 +267,7 @@ def test_tracing_is_off_unless_asked_for(monkeypatch, env: dict[str, str], expor
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert telemetry.traces_exporter() == exporter
+    assert otel.traces_exporter() == exporter
 
 
 def test_otlp_grpc_exporter_from_the_environment(monkeypatch):
@@ -292,7 +292,7 @@ def test_otlp_grpc_exporter_from_the_environment(monkeypatch):
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
         provider = TracerProvider()  # not the global one: that is installed once per process
-        provider.add_span_processor(telemetry._span_processor("otlp"))
+        provider.add_span_processor(otel._span_processor("otlp"))
         provider.get_tracer("test").start_span("over grpc").end()
         provider.shutdown()  # flushes the batch
     finally:
@@ -310,8 +310,8 @@ def test_tracing_off_imports_no_sdk():
 
     check = (
         "import sys, worker\n"
-        "from plumbing import telemetry\n"
-        "assert telemetry.client_interceptors() == [] and telemetry.metrics(None) is None\n"
+        "from infra import otel\n"
+        "assert otel.client_interceptors() == [] and otel.metrics(None) is None\n"
         "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'temporalio.contrib.opentelemetry'))))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
@@ -330,7 +330,7 @@ async def test_a_run_closed_after_eviction_logs_no_context_error(spans: InMemory
     import contextvars
     import logging
 
-    from workflows.telemetry import _span
+    from workflows.spans import _span
 
     async def run() -> None:
         with _span("evicted", {}):

@@ -17,7 +17,7 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client
 
-from fakemodel import FakeModelServer
+from devservers.fakemodel import FakeModelServer
 from tests.conftest import answer, tool_use
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
 from tests.support.procs import ProcessHarness, Workers, result_of, wait_for_effects, wait_until

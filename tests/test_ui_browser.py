@@ -18,14 +18,14 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from plumbing import devserver
-from plumbing.connection import connect
-from fakemodel import FakeModelServer
+from devservers import temporal_server
+from infra.connection import connect
+from devservers.fakemodel import FakeModelServer
 from tests.conftest import OUTPUT, ROOT, answer, model_activities, tool_use
 from tests.support.tools import TOOLS
 from tests.test_watch import EMAIL, wait_for_status
 from worker import build_worker
-from workflows.types import Decision, SessionStatus
+from workflows.contract import Decision, SessionStatus
 
 CHROMIUM = "/usr/bin/chromium"
 GOAL = "Find out what time it is in UTC and email the team a one-line summary."
@@ -73,7 +73,7 @@ def rendered_frames(dom: str) -> dict[str, str]:
 
 
 async def test_the_session_page_tells_the_story(tmp_path: Path, fake_model: FakeModelServer, data_dir: Path):
-    server = devserver.start(ui_port=devserver.free_port(), db_file=tmp_path / "temporal.db")
+    server = temporal_server.start(ui_port=temporal_server.free_port(), db_file=tmp_path / "temporal.db")
     try:
         client = await connect(target_host=server.address)
         queue = f"ui-{uuid.uuid4().hex[:8]}"

@@ -10,7 +10,7 @@ import uuid
 from tests.conftest import Harness, answer, tool_use
 from tests.test_watch import EMAIL, run_cli, wait_for_status
 from workflows import search
-from workflows.types import SessionStatus
+from workflows.contract import SessionStatus
 
 
 async def listed(harness: Harness, *args: str) -> list[dict]:

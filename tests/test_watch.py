@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from activities.data import read_effects
+from infra.datadir import read_effects
 from tests.conftest import ROOT, Harness, answer, tool_use
-from workflows.types import Decision, SessionStatus
+from workflows.contract import Decision, SessionStatus
 
 EMAIL = {"to": "team@example.com", "subject": "hi", "body": "x"}
 # A long text: the fake model streams it in 24-character chunks, `chunk_delay` apart.

@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
 
     from workflows.events import DecisionRecorded
     from workflows.session import Session
-    from workflows.types import INVALID_TOOL_INPUT, CancelRequest, Decision, ToolCallRecord, UserMessage
+    from workflows.contract import INVALID_TOOL_INPUT, CancelRequest, Decision, ToolCallRecord, UserMessage
 
 
 @dataclass(frozen=True)

@@ -22,17 +22,17 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
     from temporalio.contrib.workflow_streams import WorkflowStream
 
-    from workflows import actions, telemetry
+    from workflows import actions, spans
     from workflows.events import EVENT_TOPIC, Answered, ContinuedAsNew, UserMessageTaken
     from workflows.model_calls import ModelCaller
     from workflows.session import Finished, HandOver, Session, describe_failure, fmt_duration
     from workflows.state import SessionState
     from workflows.subagents import CHILD_APPROVALS, ChildApprovals, SubAgents, subagent_specs
     from workflows.tool_calls import DESCRIBE_TOOLS_ATTEMPTS, ToolRunner, describe_tools, list_mcp_tools, wait_while_paused
-    from workflows.types import SessionHistory, SessionInput, SessionStatus
+    from workflows.contract import SessionHistory, SessionInput, SessionStatus
     from workflows.view import SessionView
 
-    from activities.types import Message, TextBlock
+    from activities.wire import Message, TextBlock
 
 
 # Input that does not validate (a start from the CLI or UI with bad JSON) fails the
@@ -55,9 +55,9 @@ class AgentWorkflow:
     @workflow.run
     async def run(self, input: SessionInput) -> SessionStatus:
         self.session.view.changed()
-        telemetry.session_started(self.session)
+        spans.session_started(self.session)
         handover = False
-        with telemetry.session_span(self.session):
+        with spans.session_span(self.session):
             try:
                 await self._session()
             except asyncio.CancelledError:
@@ -68,7 +68,7 @@ class AgentWorkflow:
         if handover:
             await self._continue_as_new()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        telemetry.session_ended(self.session)
+        spans.session_ended(self.session)
         return self.session.view.snapshot()
 
     # ---- queries and control -------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from activities.types import TextDelta, Usage
+from activities.wire import TextDelta, Usage
 
 EVENT_TOPIC = "event"
 DELTA_TOPIC = "delta"

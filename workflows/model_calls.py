@@ -16,14 +16,14 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.errors import TRANSCRIPT_MISSING
+    from activities.model_errors import TRANSCRIPT_MISSING
     from activities.model import ModelActivities
-    from activities.types import Message, ModelReply, ModelRequest, ToolResultBlock, tool_specs_text
-    from workflows import telemetry
+    from activities.wire import Message, ModelReply, ModelRequest, ToolResultBlock, tool_specs_text
+    from workflows import spans
     from workflows.events import TurnRecorded
     from workflows.session import Finished, Session, describe_failure, error_type, was_cancelled
     from workflows.tool_calls import HEARTBEAT_TIMEOUT
-    from workflows.types import ToolCallRecord, TraceTurn
+    from workflows.contract import ToolCallRecord, TraceTurn
 
 
 def model_retry_policy(attempts: int) -> RetryPolicy:
@@ -117,7 +117,7 @@ class ModelCaller:
         turn_cost = input.price.cost(reply.usage) if input.price else None
         if turn_cost is not None and state.cost_usd is not None:
             state.cost_usd += turn_cost
-        telemetry.model_turn(self.session, input.model, reply.usage, turn_cost)
+        spans.model_turn(self.session, input.model, reply.usage, turn_cost)
         state.append(reply.message, sent=True)
         text = reply.message.text()
         if text:

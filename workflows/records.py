@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from activities.types import ToolPolicy, Usage
+from activities.wire import ToolPolicy, Usage
 
 RunStatus = Literal[
     "running",

@@ -15,7 +15,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from workflows.events import SessionEnded
     from workflows.state import SessionState
-    from workflows.types import RunStatus, SessionInput
+    from workflows.contract import RunStatus, SessionInput
     from workflows.view import SessionView
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from activities.types import Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock, Usage
+from activities.wire import Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock, Usage
 from workflows.records import PendingApproval, RunStatus, ToolCallRecord, TraceTurn
 
 # Tool call statuses after which a call has its result.

@@ -20,10 +20,10 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
-    from activities.types import ToolSpec
+    from activities.wire import ToolSpec
     from workflows.records import PendingApproval, ToolCallRecord
     from workflows.session import Session, short
-    from workflows.types import Limits, ParentLink, SessionInput, SessionStatus, SubAgent
+    from workflows.contract import Limits, ParentLink, SessionInput, SessionStatus, SubAgent
 
 TOOL_PREFIX = "agent__"
 CHILD_APPROVALS = "child_approvals"

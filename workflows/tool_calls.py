@@ -21,13 +21,13 @@ with workflow.unsafe.imports_passed_through():
     from activities.mcp import McpActivities
     from activities.mcp._errors import UNAVAILABLE as MCP_SERVER_UNAVAILABLE
     from activities.tools import ToolActivities
-    from activities.types import Message, ToolOutcome, ToolRequest, ToolResultBlock, ToolSpec, ToolUseBlock
+    from activities.wire import Message, ToolOutcome, ToolRequest, ToolResultBlock, ToolSpec, ToolUseBlock
     from workflows.events import ApprovalRequested, ToolCallEnded, ToolCallStarted
     from workflows.session import HandOver, Session, describe_failure, error_type, short, was_cancelled
     from workflows.state import SETTLED
-    from workflows import telemetry
+    from workflows import spans
     from workflows.subagents import SubAgents
-    from workflows.types import CallStatus, ToolCallRecord
+    from workflows.contract import CallStatus, ToolCallRecord
 
 TOOL_START_TO_CLOSE = timedelta(minutes=10)
 # Activities heartbeat every second; a dead worker's model call or tool is noticed this
@@ -67,7 +67,7 @@ class ToolRunner:
     async def _settle(self, call: ToolCallRecord) -> ToolResultBlock:
         if call.status in SETTLED:
             return ToolResultBlock(tool_use_id=call.tool_use_id, content=call.output or "", is_error=call.is_error)
-        with telemetry.tool_call_span(call):
+        with spans.tool_call_span(call):
             return await self._settle_open(call)
 
     async def _settle_open(self, call: ToolCallRecord) -> ToolResultBlock:
@@ -118,7 +118,7 @@ class ToolRunner:
             call.status = "waiting_approval"
             self.session.view.changed()
             self.session.view.publish(ApprovalRequested(tool_use_id=call.tool_use_id, name=call.name, input=call.input))
-        with telemetry.approval_span(self.session, call):
+        with spans.approval_span(self.session, call):
             await self._wait_for_decision(call)
         if call.status == "waiting_approval":
             raise HandOver()  # a long wait: the next run waits on

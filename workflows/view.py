@@ -17,7 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import search
     from workflows.events import SessionEvent, StatusChanged
     from workflows.state import SessionState
-    from workflows.types import RunStatus, SessionHistory, SessionInput, SessionStatus
+    from workflows.contract import RunStatus, SessionHistory, SessionInput, SessionStatus
 
 # A change of AgentSteps and AgentTokens alone (status, approvals and user as they were)
 # is indexed once both `COUNTS_INDEXED_EVERY` and `COUNTS_INDEXED_EVERY_STEPS` have passed,

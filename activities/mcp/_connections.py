@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
-from activities.definitions import McpServer
+from infra.definitions import McpServer
 from activities.mcp import _errors
 
 logger = logging.getLogger(__name__)

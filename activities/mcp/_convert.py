@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from activities.definitions import McpServer
-from activities.types import ToolPolicy, ToolSpec
+from infra.definitions import McpServer
+from activities.wire import ToolPolicy, ToolSpec
 
 if TYPE_CHECKING:  # the SDK is imported by the worker only (see _errors)
     from mcp.types import CallToolResult, Tool

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
-from activities.errors import terminal
+from activities.model_errors import terminal
 from activities.providers.anthropic import AnthropicProvider
 from activities.providers.base import ModelTurn, OnText, Provider, ProviderCall
 from activities.providers.openai import OpenAIProvider

@@ -16,9 +16,9 @@ import anthropic
 import httpx2 as httpx
 from temporalio.exceptions import ApplicationError
 
-from activities.errors import IncompleteResponse, for_status, retryable, terminal
+from activities.model_errors import IncompleteResponse, for_status, retryable, terminal
 from activities.providers.base import ModelTurn, OnText, ProviderCall
-from activities.types import Message, StopReason, Usage
+from activities.wire import Message, StopReason, Usage
 
 TIMEOUT_S = 110.0
 CACHE = {"type": "ephemeral"}

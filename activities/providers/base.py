@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from temporalio.exceptions import ApplicationError
 
-from activities.types import Message, StopReason, ToolSpec, Usage
+from activities.wire import Message, StopReason, ToolSpec, Usage
 
 # Called with each chunk of text while a streamed answer arrives.
 OnText = Callable[[str], Awaitable[None]]

@@ -17,7 +17,7 @@ import httpx2 as httpx
 import openai
 from temporalio.exceptions import ApplicationError
 
-from activities.errors import PROMPT_TOO_LONG, IncompleteResponse, for_status, retryable, terminal
+from activities.model_errors import PROMPT_TOO_LONG, IncompleteResponse, for_status, retryable, terminal
 from activities.providers.base import ModelTurn, OnText, ProviderCall
 from activities.providers.openai_format import Reply, build_params, to_turn
 

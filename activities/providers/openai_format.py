@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from activities.providers.base import ModelTurn, ProviderCall
-from activities.types import Message, StopReason, TextBlock, ToolUseBlock, Usage
+from activities.wire import Message, StopReason, TextBlock, ToolUseBlock, Usage
 
 ERROR_PREFIX = "Error: "
 RAW_ARGUMENTS = "_raw_arguments"

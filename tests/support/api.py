@@ -24,7 +24,7 @@ from typing import Any
 import httpx2 as httpx
 from temporalio.client import Client
 
-from plumbing.devserver import free_port
+from devservers.temporal_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789", "olga": "olga-token-0123456789"}

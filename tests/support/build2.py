@@ -13,10 +13,10 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from activities.types import ModelReply
+    from activities.wire import ModelReply
     from workflows.agent import AgentWorkflow
     from workflows.model_calls import ModelCaller
-    from workflows.types import SessionInput, SessionStatus
+    from workflows.contract import SessionInput, SessionStatus
 
 PATCH = "memo-recorded-by"
 MEMO_KEY = "recorded_by"

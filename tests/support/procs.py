@@ -25,9 +25,9 @@ from temporalio.api.taskqueue.v1 import TaskQueue, TaskQueueVersionSelection
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
 
-from activities.data import read_effects
+from infra.datadir import read_effects
 from workflows.agent import AgentWorkflow
-from workflows.types import Limits, SessionInput, SessionStatus
+from workflows.contract import Limits, SessionInput, SessionStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS_SPEC = "tests.support.tools:TOOLS"

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from plumbing import seaweed
+from devservers import seaweed
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from activities.data import data_dir, record_effect
-from activities.example_tools import TOOLS as EXAMPLE_TOOLS
+from infra.datadir import data_dir, record_effect
+from examples.example_tools import TOOLS as EXAMPLE_TOOLS
 from activities.tools import ToolContext, tool
 
 

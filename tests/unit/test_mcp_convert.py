@@ -18,7 +18,7 @@ from mcp.types import (
     ToolAnnotations,
 )
 
-from activities.definitions import McpServer
+from infra.definitions import McpServer
 from activities.mcp._convert import input_error, policy_of, result_text, split_name, to_spec
 
 SERVER = McpServer(command=["true"])

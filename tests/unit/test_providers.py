@@ -16,7 +16,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities import providers
-from activities.errors import (
+from activities.model_errors import (
     MODEL_RETRYABLE,
     MODEL_TERMINAL,
     PROMPT_TOO_LONG,
@@ -28,7 +28,7 @@ from activities.model import ModelActivities
 from activities.providers import ModelTurn, ProviderCall
 from activities.providers.anthropic import AnthropicProvider, build_params, classify, stop_reason, to_turn
 from activities.transcript import TranscriptStore
-from activities.types import Message, ModelRequest, TextBlock, ToolSpec, ToolUseBlock, Usage
+from activities.wire import Message, ModelRequest, TextBlock, ToolSpec, ToolUseBlock, Usage
 
 URL = "https://api.anthropic.com/v1/messages"
 

@@ -1,0 +1,84 @@
+"""`python -m bench.bench_worker CONTENDER ADDRESS QUEUE FAKE_URL [OPTIONS]`: one contender's worker process.
+
+Contenders: `floor`, `project` (every tool a regular activity), `project-local` (the
+tool as a local activity), `pydantic-ai`. It prints "ready" once it polls, and stops on
+SIGTERM. The harness reads its peak memory and CPU time from /proc.
+
+The options set this project's worker for many sessions at once (the scale scenario);
+without them every contender runs with the SDK's defaults (a workflow cache of 1000,
+100 workflow task and 100 activity slots, 5 pollers of each kind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from worker import add_capacity_flags, capacity_options
+
+
+async def build(contender: str, address: str, queue: str, fake_url: str, options: dict) -> Worker:
+    if contender == "floor":
+        from bench.floor import FloorWorkflow, floor_model, floor_tool
+
+        client = await Client.connect(address)
+        return Worker(client, task_queue=queue, workflows=[FloorWorkflow], activities=[floor_model, floor_tool])
+    if contender in ("project", "project-local"):
+        import anthropic
+
+        from infra.datadir import data_dir
+        from activities.model import ModelActivities
+        from activities.transcript import TranscriptStore
+        from bench.project_tools import LOCAL, REGULAR
+        from infra.connection import connect
+        from worker import build_worker
+
+        client = await connect(target_host=address)
+        model = ModelActivities(
+            store=TranscriptStore(data_dir() / "transcripts"),
+            client=anthropic.AsyncAnthropic(base_url=fake_url, api_key="bench-key", max_retries=0),
+        )
+        tools = LOCAL if contender == "project-local" else REGULAR
+        return build_worker(client, tools, queue=queue, model=model, **options)
+    if contender == "pydantic-ai":
+        os.environ["BENCH_FAKE_URL"] = fake_url
+        from pydantic_ai.durable_exec.temporal import AgentPlugin, PydanticAIPlugin
+
+        from bench.pai import temporal_agent
+        from bench.pai_workflow import PydanticAIBenchWorkflow
+
+        client = await Client.connect(address, plugins=[PydanticAIPlugin()])
+        return Worker(
+            client, task_queue=queue, workflows=[PydanticAIBenchWorkflow], plugins=[AgentPlugin(temporal_agent)]
+        )
+    raise SystemExit(f"unknown contender {contender!r}")
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.bench_worker")
+    for name in ("contender", "address", "queue", "fake_url"):
+        parser.add_argument(name)
+    add_capacity_flags(parser)  # the project's worker's own flags
+    return parser.parse_args()
+
+
+async def main() -> None:
+    args = parse()
+    options = capacity_options(args)
+    if options and args.contender not in ("project", "project-local"):
+        raise SystemExit("worker options apply to this project's worker only")
+    worker = await build(args.contender, args.address, args.queue, args.fake_url, options)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with worker:
+        print("ready", flush=True)
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,129 @@
+"""Agent definitions: the agents a deployment runs and the MCP servers they use, from a
+TOML file (`AGENT_DEFINITIONS`, default `agents.toml` at the project root).
+
+Both the client (which records the resolved agent in the session's start input) and the
+worker (which runs the MCP servers and checks tool names) read it. A mistake is one line
+naming the file, the agent and the field. MCP server commands, URLs and environments
+stay here, in the worker's configuration: a session records only the servers' names.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from activities.wire import ToolPolicy
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+ApprovalRule = Literal["always", "never", "tool"]
+NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,47}$"
+
+
+class DefinitionError(ValueError):
+    """The definitions file cannot be used; the text names the file and the field."""
+
+
+class McpServer(BaseModel):
+    """One MCP tool server: a command the worker starts (stdio) or a URL (streamable HTTP)."""
+
+    model_config = ConfigDict(extra="forbid")
+    command: list[str] | None = Field(default=None, min_length=1)
+    url: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    # Bounds every call: a dead or stuck server fails the call, never the session.
+    timeout_seconds: float = Field(default=30, gt=0, le=3600)
+    # How the server's tools may be retried; default from each tool's MCP annotations.
+    policy: ToolPolicy | None = None
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of command (stdio) or url (streamable HTTP)")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError("url must start with http:// or https://")
+        return self
+
+
+class AgentDefinition(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    description: str = Field(default="", max_length=2000)
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    system: str | None = Field(default=None, max_length=200_000)
+    tools: list[str] | None = None  # Python tools by name; None: every tool the worker has
+    mcp_servers: list[str] = Field(default_factory=list)
+    subagents: list[str] = Field(default_factory=list)
+    approval: dict[str, ApprovalRule] = Field(default_factory=dict)
+    # Any limit of `start`; the command line's flags override them.
+    max_steps: int | None = Field(default=None, ge=1, le=10_000)
+    token_budget: int | None = Field(default=None, ge=1)
+    cost_budget: float | None = Field(default=None, gt=0)
+    timeout: float | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, ge=1, le=128_000)
+    model_timeout: float | None = Field(default=None, ge=1, le=3600)
+    context_tokens: int | None = Field(default=None, ge=1000)
+
+
+class Definitions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    default: str | None = None
+    agents: dict[str, AgentDefinition] = Field(default_factory=dict)
+    mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
+
+    @field_validator("agents", "mcp_servers")
+    @classmethod
+    def _names(cls, value: dict) -> dict:
+        import re
+
+        for name in value:
+            if not re.match(NAME_PATTERN, name) or "__" in name:
+                raise ValueError(f"{name!r} is not a usable name (letters, digits, - and _, no '__')")
+        return value
+
+    @model_validator(mode="after")
+    def _references(self) -> Definitions:
+        if self.default is not None and self.default not in self.agents:
+            raise ValueError(f"default: no agent {self.default!r}")
+        for name, agent in self.agents.items():
+            for server in agent.mcp_servers:
+                if server not in self.mcp_servers:
+                    raise ValueError(f"agents.{name}.mcp_servers: no MCP server {server!r}")
+            for sub in agent.subagents:
+                if sub not in self.agents:
+                    raise ValueError(f"agents.{name}.subagents: no agent {sub!r}")
+        return self
+
+    def agent(self, name: str) -> AgentDefinition:
+        try:
+            return self.agents[name]
+        except KeyError:
+            known = ", ".join(sorted(self.agents)) or "none"
+            raise DefinitionError(f"no agent {name!r} in the definitions; agents: {known}") from None
+
+
+def definitions_path() -> Path:
+    return Path(os.environ.get("AGENT_DEFINITIONS") or PROJECT_ROOT / "agents.toml")
+
+
+def load_definitions(path: Path | None = None) -> Definitions:
+    """The definitions in `path` (default: `definitions_path()`); none if the default file is absent."""
+    explicit = path is not None or bool(os.environ.get("AGENT_DEFINITIONS"))
+    path = path or definitions_path()
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        if explicit:
+            raise DefinitionError(f"{path}: no such file") from None
+        return Definitions()
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise DefinitionError(f"{path}: {err}") from None
+    try:
+        return Definitions.model_validate(raw)
+    except ValidationError as err:
+        issue = err.errors()[0]
+        where = ".".join(str(p) for p in issue["loc"])
+        message = issue["msg"].removeprefix("Value error, ")
+        raise DefinitionError(f"{path}: {where + ': ' if where else ''}{message}") from None

@@ -1,0 +1,66 @@
+"""The project's own failures, in one hierarchy. Entry points print them as one line.
+
+    AgentError
+    ├── Unreachable        Temporal cannot be reached
+    ├── SessionNotFound    no session with that id (or not the caller's)
+    ├── SessionExists      the id is taken
+    ├── SessionEnded       the session has ended; it takes no more decisions
+    ├── NoWorker           no worker answered in time
+    ├── Rejected           the session refused an action (its validator said why)
+    │   └── InvalidInput   ... because a payload broke a schema (an edited tool input)
+    ├── BadRequest         the caller's own mistake (arguments, files, payloads)
+    └── BadConfiguration   the process's settings cannot work (OTEL_* values, a metrics port in use)
+
+    ConfigError            a malformed setting in the environment (a ValueError, raised where the
+                           setting is read; entry points print it as one line naming the setting)
+"""
+
+from __future__ import annotations
+
+
+class AgentError(Exception):
+    """A failure a person can act on; its text is one line."""
+
+
+class Unreachable(AgentError):
+    """Temporal could not be reached."""
+
+
+class SessionNotFound(AgentError):
+    def __init__(self, session_id: str):
+        super().__init__(f"no session {session_id!r}")
+        self.session_id = session_id
+
+
+class SessionExists(AgentError):
+    def __init__(self, session_id: str):
+        super().__init__(f"session {session_id} already exists")
+        self.session_id = session_id
+
+
+class SessionEnded(AgentError):
+    pass
+
+
+class NoWorker(AgentError):
+    pass
+
+
+class Rejected(AgentError):
+    pass
+
+
+class InvalidInput(Rejected):
+    pass
+
+
+class BadRequest(AgentError):
+    pass
+
+
+class BadConfiguration(AgentError):
+    """A process setting that cannot work: an unknown OTEL_TRACES_EXPORTER, a metrics port in use."""
+
+
+class ConfigError(ValueError):
+    """A setting in the environment is malformed: the message names it and says what was expected."""

@@ -1,0 +1,238 @@
+"""Traces and metrics: read the standard `OTEL_*` variables, build the providers and
+exporters, and hand the client its interceptor and the worker its runtime.
+
+Tracing is on when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) or
+`OTEL_TRACES_EXPORTER` (`otlp`, `console`; `none` is off) is set. Off, nothing of the
+OpenTelemetry SDK is imported and no interceptor is installed. On, the global tracer
+provider is the Temporal SDK's replay-safe one (`create_tracer_provider`): spans that
+workflow code starts get deterministic ids and are not ended again on replay, so a
+worker that replays a session after a crash adds no duplicate span.
+
+Metrics go through the Temporal runtime of the worker's client: the SDK's own metrics
+and ours (`activity.metric_meter()`, `workflow.metric_meter()`, the latter silent on
+replay) land in one `MetricBuffer`, which `MetricsExporter` drains into an OpenTelemetry
+`MeterProvider` with a Prometheus reader (`--metrics-port`) and/or an OTLP reader
+(`OTEL_METRICS_EXPORTER=otlp`, or an OTLP endpoint unless `OTEL_METRICS_EXPORTER=none`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from infra.errors import BadConfiguration
+
+SERVICE_NAME = "agent-loop"
+DEFAULT_PROTOCOL = "http/protobuf"
+METRIC_BUFFER_SIZE = 10_000
+OTLP_METRICS_INTERVAL_MS = 10_000
+
+_installed: Any = None  # the tracer provider, once per process: OpenTelemetry allows one
+
+
+def _env(name: str) -> str:
+    return os.environ.get(name, "").strip()
+
+
+def _endpoint_set(signal: str) -> bool:
+    return bool(_env("OTEL_EXPORTER_OTLP_ENDPOINT") or _env(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"))
+
+
+def traces_exporter() -> str | None:
+    """`otlp`, `console`, or None when tracing is off."""
+    name = _env("OTEL_TRACES_EXPORTER").lower()
+    if name == "none":
+        return None
+    if name:
+        return name
+    return "otlp" if _endpoint_set("TRACES") else None
+
+
+def otlp_metrics_wanted() -> bool:
+    name = _env("OTEL_METRICS_EXPORTER").lower()
+    return name == "otlp" or (name == "" and _endpoint_set("METRICS"))
+
+
+def _protocol(signal: str) -> str:
+    specific = _env(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL")
+    return specific or _env("OTEL_EXPORTER_OTLP_PROTOCOL") or DEFAULT_PROTOCOL
+
+
+def _resource() -> Any:
+    from opentelemetry.sdk.resources import Resource
+
+    named = _env("OTEL_SERVICE_NAME") or "service.name=" in _env("OTEL_RESOURCE_ATTRIBUTES")
+    # Attributes given here win over the environment's, so the default only when unnamed.
+    return Resource.create({} if named else {"service.name": SERVICE_NAME})
+
+
+# ---- traces ----------------------------------------------------------------------------
+
+
+def install_tracing(processor: Any | None = None) -> bool:
+    """Install the replay-safe tracer provider once; False when tracing is off.
+
+    `processor` (a span processor) replaces the one the environment asks for (tests)."""
+    global _installed
+    if _installed is not None:
+        return True
+    if processor is None:
+        exporter = traces_exporter()
+        if exporter is None:
+            return False
+        processor = _span_processor(exporter)
+    import opentelemetry.trace
+    from temporalio.contrib.opentelemetry import create_tracer_provider
+
+    provider = create_tracer_provider(resource=_resource())
+    provider.add_span_processor(processor)
+    opentelemetry.trace.set_tracer_provider(provider)
+    _installed = provider
+    return True
+
+
+def _span_processor(exporter: str) -> Any:
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    if exporter == "console":
+        return BatchSpanProcessor(ConsoleSpanExporter())
+    if exporter != "otlp":
+        raise BadConfiguration(f"OTEL_TRACES_EXPORTER={exporter!r}: this worker knows otlp, console and none")
+    if _protocol("TRACES") == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    # The exporters read the endpoint, headers and timeout from OTEL_EXPORTER_OTLP_*.
+    return BatchSpanProcessor(OTLPSpanExporter())
+
+
+def flush_traces() -> None:
+    """Send what the span processor still holds (before a clean exit)."""
+    if _installed is not None:
+        _installed.force_flush()
+
+
+def client_interceptors() -> list[Any]:
+    """The client's interceptors: the contrib's tracing interceptor when tracing is on.
+
+    Set on the client, it also applies to every worker built from that client; it adds
+    no spans of its own (`add_temporal_spans=False`), it carries the trace context from
+    the client into workflows, from workflows into activities and child workflows."""
+    if not install_tracing():
+        return []
+    from temporalio.contrib.opentelemetry import OpenTelemetryInterceptor
+
+    return [OpenTelemetryInterceptor()]
+
+
+# ---- metrics ---------------------------------------------------------------------------
+
+
+@dataclass
+class Metrics:
+    """The runtime to connect with and the exporter that must run beside the worker."""
+
+    runtime: Any
+    exporter: Any
+    meter_provider: Any
+
+    async def run(self) -> None:
+        """Drain the SDK's buffer into the meter provider until cancelled."""
+        try:
+            await self.exporter.run()
+        finally:
+            self.meter_provider.shutdown()
+
+
+def metrics(prometheus: tuple[str, int] | None = None, readers: Sequence[Any] = ()) -> Metrics | None:
+    """The metrics pipeline the worker was asked for, or None: a Prometheus endpoint at
+    `prometheus` (host, port), OTLP per the environment, and any extra `readers` (tests)."""
+    readers = list(readers)
+    if prometheus is not None:
+        readers.append(_prometheus_reader(*prometheus))
+    if otlp_metrics_wanted():
+        readers.append(_otlp_metrics_reader())
+    if not readers:
+        return None
+    from opentelemetry.sdk.metrics import MeterProvider
+    from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
+
+    buffer = MetricBuffer(METRIC_BUFFER_SIZE)
+    runtime = Runtime(telemetry=TelemetryConfig(metrics=buffer))
+    provider = MeterProvider(metric_readers=readers, resource=_resource())
+    return Metrics(runtime, _exporter_class()(buffer, provider, meter_name="agent-loop"), provider)
+
+
+def _exporter_class() -> type:
+    from temporalio.contrib.opentelemetry import MetricsExporter
+
+    class Exporter(MetricsExporter):
+        """The contrib's exporter, with its instruments found by name.
+
+        It caches instruments and attribute sets by `id()` without keeping the objects:
+        once the SDK frees one (our instruments and attribute sets are made per activity
+        and per workflow), a new object can get the same id and be recorded as the old
+        one (seen: model calls counted as sessions started). Converting a few attributes
+        per update costs little; a wrong series costs an alert."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._by_name: dict[tuple[str, int], Any] = {}
+
+        def _get_or_create_instrument(self, metric: Any) -> Any:
+            key = (metric.name, metric.kind)
+            found = self._by_name.get(key)
+            if found is None:
+                self._instruments.pop(id(metric), None)  # a stale entry under a reused id
+                found = self._by_name[key] = super()._get_or_create_instrument(metric)
+            return found
+
+        def _get_or_create_attributes(self, attributes: Any) -> Any:
+            return dict(attributes)
+
+    return Exporter
+
+
+def _prometheus_reader(host: str, port: int) -> Any:
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import start_http_server
+
+    try:
+        start_http_server(port, addr=host)
+    except OSError as err:
+        why = err.strerror or err
+        raise BadConfiguration(f"--metrics-port: cannot serve metrics on {host}:{port}: {why}") from err
+    return PrometheusMetricReader()
+
+
+def _otlp_metrics_reader() -> Any:
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    if _protocol("METRICS") == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    interval = int(_env("OTEL_METRIC_EXPORT_INTERVAL") or OTLP_METRICS_INTERVAL_MS)
+    return PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=interval)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """`PORT` (on 127.0.0.1) or `HOST:PORT`, for --metrics-port."""
+    host, _, port = value.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+async def run_beside(metrics_: Metrics | None, main: Any) -> None:
+    """Run `main` (a coroutine) with the metrics exporter draining beside it."""
+    if metrics_ is None:
+        await main
+        return
+    drain = asyncio.create_task(metrics_.run())
+    try:
+        await main
+    finally:
+        await metrics_.exporter.shutdown()
+        await drain

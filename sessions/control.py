@@ -1,0 +1,297 @@
+"""Sessions as the entry points see them: start, read, steer and list, with Temporal's
+failures turned into the project's errors (`infra.errors`).
+
+The command line and the HTTP service both go through here, so a rule (what "stuck"
+means, which refusal is a conflict and which a bad input) is written once. Workflow
+handlers are named by their typed references (`AgentWorkflow.status`), never by string.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType, IndexedValueType
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from infra.errors import BadRequest, InvalidInput, NoWorker, Rejected, SessionEnded, SessionExists, SessionNotFound
+from workflows import search
+from workflows.agent import AgentWorkflow
+from workflows.contract import INVALID_TOOL_INPUT, SessionHistory, SessionInput, SessionStatus, StuckTask
+
+QUERY_TIMEOUT = timedelta(seconds=20)
+# A stuck session may not answer queries at all: ask briefly, then build the status
+# from its start input.
+STUCK_QUERY_TIMEOUT = timedelta(seconds=3)
+RUNNING_STATUSES = ("running", "paused", "waiting_approval", "waiting_input")
+
+
+def cli_user() -> str:
+    """Who decides from this terminal: `cli:<login name>`."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no login name in this environment
+        return "cli:unknown"
+
+
+def handle(client: Client, session_id: str) -> WorkflowHandle:
+    return client.get_workflow_handle(session_id)
+
+
+# ---- start -------------------------------------------------------------------------------
+
+
+async def start(
+    client: Client, session_input: SessionInput, session_id: str, *, task_queue: str, summary: str, details: str
+) -> WorkflowHandle:
+    """Start a session; `SessionExists` when the id is taken (ids are never reused)."""
+    try:
+        return await client.start_workflow(
+            AgentWorkflow.run,
+            session_input,
+            id=session_id,
+            task_queue=task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            static_summary=summary,
+            static_details=details,
+            search_attributes=initial_search_attributes(session_input),
+        )
+    except WorkflowAlreadyStartedError:
+        raise SessionExists(session_id) from None
+
+
+async def has_search_attributes(client: Client) -> bool:
+    """Whether the namespace has every Agent* search attribute, with the right types."""
+    try:
+        response = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=client.namespace)
+        )
+    except RPCError:
+        return False
+    kinds = {**response.custom_attributes}
+    wanted = {key.name: key.indexed_value_type for key in search.ALL}
+    return all(kinds.get(name) == IndexedValueType.ValueType(kind) for name, kind in wanted.items())
+
+
+def initial_search_attributes(session_input: SessionInput) -> TypedSearchAttributes | None:
+    if not session_input.search_attributes:
+        return None
+    # Every attribute the workflow indexes, as its first run starts: it upserts only changes.
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(search.AGENT_STATUS, "running"),
+            SearchAttributePair(search.AGENT_STEPS, 0),
+            SearchAttributePair(search.AGENT_TOKENS, 0),
+            SearchAttributePair(search.AGENT_PENDING_APPROVALS, 0),
+            SearchAttributePair(search.AGENT_USER, session_input.user_id),
+        ]
+    )
+
+
+# ---- read --------------------------------------------------------------------------------
+
+
+async def describe(h: WorkflowHandle) -> Any:
+    try:
+        return await h.describe()
+    except RPCError as err:
+        raise _not_found(err, h.id) from None
+
+
+async def status(client: Client, session_id: str) -> SessionStatus:
+    """The session's status; `stuck` (with the failing task's message) when its workflow
+    task keeps failing."""
+    h = handle(client, session_id)
+    stuck = await stuck_task(client, h)
+    if stuck is None:
+        return await query(h, AgentWorkflow.status)
+    try:
+        snapshot = await query(h, AgentWorkflow.status, timeout=STUCK_QUERY_TIMEOUT)
+    except (NoWorker, Rejected, RPCError):  # a failing task may not answer queries either
+        snapshot = await _status_from_start(client, h)
+    return snapshot.model_copy(update={"status": "stuck", "stuck": stuck})
+
+
+async def history(client: Client, session_id: str) -> SessionHistory:
+    return await query(handle(client, session_id), AgentWorkflow.history)
+
+
+def history_document(found: SessionHistory) -> dict[str, Any]:
+    """The history as JSON: each trace turn also carries its tool calls, with `error` spelled out."""
+    document = found.model_dump(mode="json")
+    calls = {call["tool_use_id"]: call for call in document["tool_calls"]}
+    for call in calls.values():
+        call["error"] = call["output"] if call["is_error"] else None
+    for turn in document["trace"]:
+        turn["tool_calls"] = [calls[i] for i in turn["tool_use_ids"] if i in calls]
+    return document
+
+
+async def query(h: WorkflowHandle, method: Callable[..., Any], *, timeout: timedelta = QUERY_TIMEOUT) -> Any:
+    try:
+        return await h.query(method, rpc_timeout=timeout)
+    except RPCError as err:
+        if err.status == RPCStatusCode.DEADLINE_EXCEEDED:
+            raise NoWorker(f"no worker answered for session {h.id}; start one with: python worker.py") from None
+        raise _not_found(err, h.id) from None
+    except WorkflowQueryFailedError as err:
+        raise Rejected(f"session {h.id} could not answer: {err}") from None
+
+
+async def stuck_task(client: Client, h: WorkflowHandle) -> StuckTask | None:
+    """The failing workflow task of a running session, read from its last WorkflowTaskFailed
+    event; None when its tasks complete."""
+    described = await describe(h)
+    if described.status != WorkflowExecutionStatus.RUNNING:
+        return None
+    pending = described.raw_description.pending_workflow_task
+    if not pending.attempt or pending.attempt < 2:
+        return None
+    response = await client.workflow_service.get_workflow_execution_history_reverse(
+        GetWorkflowExecutionHistoryReverseRequest(
+            namespace=client.namespace,
+            execution=WorkflowExecution(workflow_id=h.id, run_id=described.run_id),
+            maximum_page_size=100,
+        )
+    )
+    for event in response.history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            failure = event.workflow_task_failed_event_attributes.failure
+            return StuckTask(
+                message=_first_line(failure.message) or "the workflow task failed",
+                since=event.event_time.ToDatetime().replace(tzinfo=timezone.utc),
+                attempts=pending.attempt,
+            )
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            break
+    return None
+
+
+async def start_input(client: Client, h: WorkflowHandle) -> tuple[SessionInput, datetime]:
+    """The input the session's latest run started with, and when."""
+    try:
+        async for event in h.fetch_history_events():
+            attributes = event.workflow_execution_started_event_attributes
+            [started] = await client.data_converter.decode(attributes.input.payloads, [SessionInput])
+            return started, event.event_time.ToDatetime().replace(tzinfo=timezone.utc)
+    except RPCError as err:
+        raise _not_found(err, h.id) from None
+    raise SessionNotFound(h.id)
+
+
+async def _status_from_start(client: Client, h: WorkflowHandle) -> SessionStatus:
+    """What is known of a session that cannot answer: its start input."""
+    started, at = await start_input(client, h)
+    return SessionStatus(
+        session_id=h.id, status="running", model=started.model, user_id=started.user_id, limits=started.limits,
+        chat=started.chat, started_at=at, updated_at=at, agent=started.agent.name if started.agent else None,
+    )  # fmt: skip
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:500] if text.strip() else ""
+
+
+# ---- steer -------------------------------------------------------------------------------
+
+
+async def act(client: Client, session_id: str, update: Callable[..., Any], *args: Any) -> Any:
+    """Run one of the session's control updates; `Rejected` (or `InvalidInput`) with the
+    session's reason when it refuses, `SessionEnded` when it has ended."""
+    h = handle(client, session_id)
+    try:
+        return await h.execute_update(update, *args)
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        message = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+        if isinstance(cause, ApplicationError) and cause.type == INVALID_TOOL_INPUT:
+            raise InvalidInput(message) from None
+        raise Rejected(message) from None
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            described = await describe(h)
+            if described.status != WorkflowExecutionStatus.RUNNING:
+                raise SessionEnded(
+                    f"session {h.id} has ended ({described.status.name.lower()}); "
+                    f"see: python client.py status {h.id}"
+                ) from None
+        raise _not_found(err, h.id) from None
+
+
+async def owner_of_call(client: Client, session_id: str, tool_use_id: str) -> str:
+    """The session a pending call belongs to: this one or one of its sub-agents (their
+    pending calls show in the parent's status). Unknown calls go to `session_id`, whose
+    validator says why."""
+    try:
+        snapshot = await query(handle(client, session_id), AgentWorkflow.status)
+    except (NoWorker, Rejected, RPCError):
+        return session_id
+    owner = next((p.session_id for p in snapshot.pending_approvals if p.tool_use_id == tool_use_id), None)
+    return owner or session_id
+
+
+# ---- list --------------------------------------------------------------------------------
+
+
+async def list_sessions(
+    client: Client, *, status: str | None = None, user: str | None = None, limit: int = 50
+) -> list[dict[str, Any]]:
+    """Sessions, newest first, as rows of the search attributes; running ones whose task
+    keeps failing say `stuck`."""
+    clauses = ["WorkflowType = 'AgentWorkflow'"]
+    if (status not in (None, "stuck") or user is not None) and not await has_search_attributes(client):
+        raise BadRequest("filtering needs the Agent* search attributes on this namespace; see the README")
+    for key, value in (("AgentStatus", status if status != "stuck" else None), ("AgentUser", user)):
+        if value is not None:
+            clauses.append(f"{key} = {json.dumps(value)}")
+    if status == "stuck":
+        clauses.append("ExecutionStatus = 'Running'")
+    rows = []
+    async for execution in client.list_workflows(" AND ".join(clauses), limit=limit):
+        rows.append(await _row(client, execution))
+    return [r for r in rows if status != "stuck" or r["status"] == "stuck"]
+
+
+async def _row(client: Client, execution: Any) -> dict[str, Any]:
+    attrs = execution.typed_search_attributes
+    row = {
+        "session_id": execution.id,
+        "status": attrs.get(search.AGENT_STATUS) or (execution.status.name.lower() if execution.status else None),
+        "steps": attrs.get(search.AGENT_STEPS),
+        "tokens": attrs.get(search.AGENT_TOKENS),
+        "pending_approvals": attrs.get(search.AGENT_PENDING_APPROVALS),
+        "user": attrs.get(search.AGENT_USER),
+        "started": execution.start_time.isoformat() if execution.start_time else None,
+    }
+    if execution.status == WorkflowExecutionStatus.RUNNING:
+        stuck = await stuck_task(client, handle(client, execution.id))
+        if stuck is not None:
+            row["status"], row["stuck"] = "stuck", stuck.model_dump(mode="json")
+    return row
+
+
+def _not_found(err: RPCError, session_id: str) -> Exception:
+    if err.status == RPCStatusCode.NOT_FOUND:
+        return SessionNotFound(session_id)
+    return err

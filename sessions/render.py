@@ -1,0 +1,164 @@
+"""What the client prints: status, history and session lists (`rich`). The live view is
+in `sessions/watch.py`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from workflows.contract import SessionHistory, SessionInput, SessionStatus, StuckTask
+
+console = Console(highlight=False, soft_wrap=True)
+STYLE = {"completed": "green", "stopped": "yellow", "failed": "red", "cancelled": "magenta", "stuck": "bold red"}
+CALL_MARK = {"done": "[green]✓[/]", "denied": "[yellow]⊘[/]", "unknown": "[yellow]?[/]"}
+
+
+def shorten(value: Any, limit: int = 120) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def session_details(session: SessionInput) -> str:
+    """The workflow's static details in the Temporal UI."""
+    limits = session.limits
+    lines = [
+        *([f"**agent** {session.agent.name}"] if session.agent else []),
+        f"**model** {session.model} (prompt {session.prompt_version})",
+        f"**user** {session.user_id}",
+        f"**limits** {limits.max_steps} steps, {limits.token_budget} tokens, "
+        f"{limits.timeout_seconds:g}s"
+        + (f", ${limits.cost_budget_usd:g}" if limits.cost_budget_usd else ""),
+        f"**tools** {', '.join(session.tools) if session.tools is not None else 'all of the worker'}",
+    ]
+    return "\n".join(lines)
+
+
+def print_status(snapshot: SessionStatus, link: str) -> None:
+    style = STYLE.get(snapshot.status, "cyan")
+    head = f"[bold]{snapshot.session_id}[/] [{style}]{snapshot.status}[/]"
+    if snapshot.stop_reason:
+        head += f" ({snapshot.stop_reason})"
+    console.print(head)
+    console.print(f"steps {snapshot.steps} · {_totals(snapshot.usage.model_dump(), snapshot.cost_usd)}")
+    for pending in snapshot.pending_approvals:
+        print_approval_hint(snapshot.session_id, pending.tool_use_id, pending.name, pending.input)
+    if snapshot.stuck is not None:
+        print_stuck(snapshot.stuck)
+    if snapshot.error:
+        console.print(f"[red]error:[/] {escape(snapshot.error)}")
+    if snapshot.answer:
+        console.print(f"\n{escape(snapshot.answer)}\n")
+    console.print(f"[dim]{link}[/]")
+
+
+def print_history(found: SessionHistory) -> None:
+    calls = {c.tool_use_id: c for c in found.tool_calls}
+    console.print(f"[bold]{found.session_id}[/] {found.status.status}")
+    console.print(f"[bold]goal[/] {escape(shorten(found.messages[0].text(), 400))}")
+    for turn in found.trace:
+        console.print(
+            f"\n[bold]step {turn.step}[/] {turn.model} · {turn.stop_reason} · {turn.latency_ms} ms · "
+            f"{turn.usage.total()} tokens" + (f" · ${turn.cost_usd:.4f}" if turn.cost_usd is not None else "")
+        )
+        if turn.text:
+            console.print(escape(turn.text))
+        for tool_use_id in turn.tool_use_ids:
+            call = calls.get(tool_use_id)
+            if call:
+                mark = CALL_MARK.get(call.status, "[red]✗[/]")
+                took = f" ({call.duration_ms} ms)" if call.duration_ms is not None else ""
+                console.print(f"  → {call.name} {escape(shorten(call.input, 100))}")
+                if call.approved_input is not None:
+                    console.print(f"    [yellow]edited before approval:[/] {escape(shorten(call.approved_input, 100))}")
+                if call.decided_by:
+                    verb = "approved" if call.approved else "decided"
+                    console.print(f"    [dim]{verb} by {escape(call.decided_by)}[/]")
+                console.print(f"    {mark} {call.status}{took}: {escape(shorten(call.output or '', 160))}")
+    final = found.status
+    console.print(f"\n[{STYLE.get(final.status, 'cyan')}]{final.status}[/]" + (f" ({final.stop_reason})" if final.stop_reason else ""))
+    if final.error:
+        console.print(f"[red]error:[/] {escape(final.error)}")
+
+
+LIST_COLUMNS = ("session_id", "status", "steps", "tokens", "pending_approvals", "user", "started")
+
+
+def print_sessions(rows: list[dict[str, Any]], as_json: bool) -> None:
+    """A table in a terminal, tab-separated lines in a pipe. Ids, users and times are never
+    shortened: in a narrow terminal the table wraps them instead."""
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    cells = [[str(row[k]) if row.get(k) is not None else "-" for k in LIST_COLUMNS] for row in rows]
+    if not console.is_terminal:
+        for line in [["session", "status", "steps", "tokens", "approvals", "user", "started"], *cells]:
+            print("\t".join(line))
+        return
+    table = Table("session", "status", "steps", "tokens", "approvals", "user", "started", box=None)
+    for column in table.columns:
+        column.overflow = "fold"
+        column.no_wrap = False
+    for line in cells:
+        table.add_row(*line)
+    console.print(table)
+
+
+def print_stuck(stuck: StuckTask) -> None:
+    console.print(
+        f"[bold red]stuck:[/] its workflow task has failed {stuck.attempts} times since "
+        f"{stuck.since.isoformat(timespec='seconds')}: {escape(stuck.message)}"
+    )
+    console.print("   fix the worker's code and redeploy it: the session carries on from where it stopped")
+
+
+def _totals(usage: dict[str, Any], cost: float | None) -> str:
+    text = (
+        f"tokens in {usage['input_tokens']} out {usage['output_tokens']} "
+        f"cache read {usage['cache_read_input_tokens']} write {usage['cache_creation_input_tokens']}"
+    )
+    return text + (f" · ${cost:.4f}" if cost is not None else "")
+
+
+def print_approval_hint(session_id: str, tool_use_id: str, name: str, arguments: Any) -> None:
+    console.print(f"[yellow]⏸ waiting for approval:[/] {name} {escape(shorten(arguments, 200))}")
+    console.print(f"   approve: python client.py approve {session_id} {tool_use_id}")
+    console.print(f"   deny:    python client.py deny {session_id} {tool_use_id} --reason \"...\"")
+
+
+def print_agents(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    if not rows:
+        console.print("no agents defined (see AGENT_DEFINITIONS in the README)")
+    for row in rows:
+        default = " [dim](default)[/]" if row["default"] else ""
+        console.print(f"[bold]{escape(row['name'])}[/]{default} · {escape(row['model'])}")
+        if row["description"]:
+            console.print(f"  {escape(row['description'])}")
+        tools = ", ".join(row["tools"]) if row["tools"] is not None else "all of the worker's"
+        console.print(f"  tools: {escape(tools)}")
+        for key in ("mcp_servers", "subagents"):
+            if row[key]:
+                console.print(f"  {key.replace('_', ' ')}: {escape(', '.join(row[key]))}")
+
+
+def print_schedules(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    if not rows:
+        console.print("no schedules")
+    for row in rows:
+        state = " [yellow](paused)[/]" if row["paused"] else ""
+        console.print(f"[bold]{escape(row['name'])}[/]{state} · {escape(row['spec'])} · next {row['next_run'] or '-'}")
+        for session in row["recent_sessions"][-3:]:
+            console.print(f"  {escape(session)}")
