@@ -16,9 +16,8 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -26,10 +25,12 @@ from activities.context import Fitted, estimate_tokens, fit, summary_request
 from activities.deltas import Deltas
 from activities.model_errors import PROMPT_TOO_LONG, TRANSCRIPT_MISSING
 from activities.providers import ModelTurn, Provider, ProviderCall, resolve
-from activities.providers.anthropic import AnthropicProvider
 from activities.attempt_telemetry import model_call_telemetry
 from activities.transcript import TranscriptMissing, TranscriptStore, open_store
 from activities.wire import ModelReply, ModelRequest, ToolSpec, tool_specs_text
+
+if TYPE_CHECKING:  # the SDKs are imported where a provider is built (activities.providers)
+    import anthropic
 
 HEARTBEAT_EVERY_S = 1.0
 SIZES_KEPT = 1024  # transcripts whose token estimates are kept, like the store's own cache
@@ -52,6 +53,8 @@ class ModelActivities:
         self._store = store or open_store()
         self._providers = dict(providers or {})
         if client is not None:
+            from activities.providers.anthropic import AnthropicProvider
+
             self._providers.setdefault("anthropic", AnthropicProvider(client=client))
         self._specs: dict[str, list[ToolSpec]] = {}  # tool specs by their hash: read once
         # The token estimates of the latest transcripts' messages, by reference, so that

@@ -7,7 +7,7 @@ provider's prefix; a bare model name is Anthropic's, as everywhere.
 
 from __future__ import annotations
 
-from activities.providers import split
+from infra.model_names import split_prefix
 from workflows.contract import ModelPrice
 
 # Anthropic's list prices (5-minute cache writes); edit to match your contract.
@@ -41,8 +41,5 @@ PRICES: dict[str, ModelPrice] = {
 
 def price_for(model: str) -> ModelPrice | None:
     """The price of `model` (`provider:name` or a bare Anthropic name); None if unknown."""
-    try:
-        provider, bare = split(model)
-    except Exception:  # an unknown provider has no prices; starting says why
-        return None
+    provider, bare = split_prefix(model)  # an unknown provider has no prices; starting says why
     return PRICES.get(f"{provider}:{bare}")

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from activities.wire import Message, Usage
+from infra.model_names import DEFAULT_MODEL
 from workflows.records import CallStatus, PendingApproval, RunStatus, ToolCallRecord, TraceTurn  # noqa: F401  (wire types, re-exported)
 from workflows.state import SessionState
 
@@ -19,7 +20,6 @@ STUCK = "stuck"
 # The error type of an update refused because an edited tool input breaks the tool's schema.
 INVALID_TOOL_INPUT = "InvalidToolInput"
 SessionStopReason = Literal["max_steps", "token_budget", "timeout", "cost_budget", "max_tokens", "refusal"]
-DEFAULT_MODEL = "claude-sonnet-4-6"
 DEFAULT_SYSTEM = "You are a careful assistant. Use the tools when they help, then answer briefly."
 
 

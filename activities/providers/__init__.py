@@ -4,39 +4,55 @@
 goes to OpenAI's Chat Completions API (or any server that speaks it); a bare name is
 Anthropic's too, so sessions started before prefixes existed keep working. A prefix is
 letters, digits, `-` and `_` before the first colon (a name with a dot before its colon,
-like a Bedrock model id, stays bare). A new provider is one module implementing
-`Provider` and one entry in `FACTORIES`.
+like a Bedrock model id, stays bare; the spelling is in `infra/model_names.py`). A new
+provider is one module implementing `Provider` and one entry in `FACTORIES`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 
 from activities.model_errors import terminal
-from activities.providers.anthropic import AnthropicProvider
 from activities.providers.base import ModelTurn, OnText, Provider, ProviderCall
-from activities.providers.openai import OpenAIProvider
+from infra.model_names import split_prefix
 
-__all__ = ["FACTORIES", "ModelTurn", "OnText", "Provider", "ProviderCall", "resolve", "split"]
+__all__ = ["FACTORIES", "ModelTurn", "OnText", "Provider", "ProviderCall", "import_sdks", "resolve", "split"]
+
+
+# Each SDK is imported when its provider is first built, or by `import_sdks()`, so the
+# command line and the service, which import this package through the workflow's modules,
+# never load one.
+def _anthropic() -> Provider:
+    from activities.providers.anthropic import AnthropicProvider
+
+    return AnthropicProvider()
+
+
+def _openai() -> Provider:
+    from activities.providers.openai import OpenAIProvider
+
+    return OpenAIProvider()
+
 
 FACTORIES: dict[str, Callable[[], Provider]] = {
-    "anthropic": AnthropicProvider,
-    "openai": OpenAIProvider,
+    "anthropic": _anthropic,
+    "openai": _openai,
 }
-DEFAULT = "anthropic"
 
-_PREFIX = re.compile(r"([A-Za-z][A-Za-z0-9_-]*):(.+)")
+
+def import_sdks() -> None:
+    """Import every provider's module and SDK now. The worker does at start: importing an
+    SDK takes seconds, which the first model call would spend blocking the event loop."""
+    from activities.providers import anthropic, openai  # noqa: F401
+
+
 # One per worker process: a provider holds a client and its connection pool.
 _built: dict[str, Provider] = {}
 
 
 def split(model: str) -> tuple[str, str]:
     """The provider's name and the model's own name; an unknown prefix is terminal."""
-    match = _PREFIX.fullmatch(model)
-    if match is None:
-        return DEFAULT, model
-    name, bare = match.groups()
+    name, bare = split_prefix(model)
     if name not in FACTORIES:
         known = ", ".join(f"{key}:" for key in FACTORIES)
         raise terminal(f"unknown model provider {name!r} in model {model!r}; known providers: {known}")
