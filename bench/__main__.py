@@ -3,7 +3,7 @@
 Starts its own Temporal dev server (headless, a fresh database, the bundled server's
 tuned settings), the fake Messages API server in its own process, one worker process
 per contender, then runs the scenarios and writes `benchmarks.md` and the history plot
-to `--out` (default docs/). Then, for reference, the same contenders once more on a
+to `--out` (default docs/generated/). Then, for reference, the same contenders once more on a
 dev server with Temporal's default settings (one session; round trips of the server
 alone on both). `--scale` adds 1,000 sessions at once with a slow model. Every process
 it starts is stopped by its PID at the end.
@@ -33,7 +33,9 @@ from bench.procs import ROOT, Child
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs", help="where the page and plot go")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "docs" / "generated", help="where the page and plot go"
+    )
     parser.add_argument("--only", help="comma-separated contenders (default: all available)")
     parser.add_argument("--scenarios", default="single,many,history",
                         help="which scenarios to run (single, many, history, scale)")  # fmt: skip

@@ -1,4 +1,4 @@
-"""docs/benchmarks.md and the history plot, from one run's results."""
+"""docs/generated/benchmarks.md and the history plot, from one run's results."""
 
 from __future__ import annotations
 

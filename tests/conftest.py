@@ -164,7 +164,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Merge the rows of the tests that ran into docs/reliability.json; regenerate the page."""
+    """Merge the rows of the tests that ran into docs/generated/reliability.json; regenerate the page."""
     from tests.support import reliability
 
     reliability.write_page()

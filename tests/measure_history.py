@@ -1,4 +1,4 @@
-"""`python -m tests.measure_history`: history size against session length; writes docs/long-sessions.md.
+"""`python -m tests.measure_history`: history size by session length; writes docs/generated/long-sessions.md.
 
 Runs sessions of 50, 100, 200 and 400 steps, each step one tool call returning 5 KB,
 through the fake model on a dev server of its own, and measures every run's event
@@ -27,7 +27,7 @@ from worker import build_worker
 from workflows.agent import AgentWorkflow
 from workflows.contract import Limits, SessionHistory, SessionInput
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "long-sessions.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "generated" / "long-sessions.md"
 OUTPUT_CHARS = 5000
 
 

@@ -121,7 +121,7 @@ async def test_history_grows_linearly_over_200_steps(harness: Harness):
         for m in (await handle.query("history", result_type=SessionHistory)).messages
     )
     # Temporal counts its history limit in stored (protobuf) bytes; `temporal workflow show
-    # --output json` prints more (base64 payloads, indented field names): see docs/long-sessions.md.
+    # --output json` prints more (base64 payloads, indented field names): see docs/generated/long-sessions.md.
     total = sum(e.ByteSize() for e in events)
     # Bytes per step are flat: the second half of the session costs what the first did.
     starts = [i for i, e in enumerate(events) if e.HasField("activity_task_scheduled_event_attributes")
