@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from devservers import temporal_server
+from devservers import processes, temporal_server
 from infra.datadir import data_dir
 from infra.connection import address
 
@@ -70,12 +69,7 @@ def main() -> int:
         return code
     finally:
         for _, process in reversed(started):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+            processes.stop(process, grace=10)
         if server is not None:
             server.stop()
 

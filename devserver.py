@@ -21,7 +21,7 @@ from pathlib import Path
 
 from infra.errors import ConfigError
 from infra.keyring import keyring_from_env
-from devservers import seaweed, temporal_server
+from devservers import processes, seaweed, temporal_server
 from infra import codec_server
 
 
@@ -68,8 +68,7 @@ def main() -> None:
         server.stop()
     finally:
         for helper in helpers:
-            helper.terminate()
-            helper.wait(timeout=10)
+            processes.stop(helper, grace=10)
         if s3 is not None:
             s3.stop()
 

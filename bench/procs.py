@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from devservers import processes
 
 ROOT = Path(__file__).absolute().parent.parent
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -80,11 +81,5 @@ class Child:
             return False
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.kill(self.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
+        processes.stop(self.process, grace=15)
         self.log.close()

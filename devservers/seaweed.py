@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import secrets
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from devservers import processes
 from devservers.temporal_server import free_port, installed_binary, port_open
 
 REGION = "us-east-1"
@@ -54,14 +54,7 @@ class SeaweedServer:
         """End the server by its PID. Its writes are already on disk when a request is
         answered, and `weed server` can take minutes to leave on SIGTERM (its filer keeps
         retrying peers), so it gets two seconds."""
-        if self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        processes.stop(self.process, grace=2)
 
 
 def _identities(access_key: str, secret_key: str) -> dict:

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from devservers import processes
 
 # Server settings that decide an agent step's latency (figures measured on this
 # machine, no-op round trips; README, "Server settings that matter"):
@@ -99,15 +100,11 @@ class DevServer:
         return self.process.pid
 
     def stop(self, *, kill: bool = False) -> None:
-        """End the server by its PID."""
-        if self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        """End the server by its PID (SIGTERM, SIGKILL after 15 s; `kill`: SIGKILL at once)."""
+        if kill:
+            processes.kill(self.process)
+        else:
+            processes.stop(self.process, grace=15)
 
 
 def start(

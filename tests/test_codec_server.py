@@ -19,6 +19,7 @@ from temporalio.api.common.v1 import Payloads
 
 from infra.keyring import new_key, parse_keys
 from infra.connection import data_converter
+from devservers import processes
 from devservers.temporal_server import free_port, port_open
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,8 +46,7 @@ def codec_server(request) -> Iterator[str]:
             time.sleep(0.1)
         yield f"http://127.0.0.1:{port}"
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        processes.stop(process, grace=10)
 
 
 async def encrypted(value: str, keys: str = KEYS) -> dict:

@@ -7,13 +7,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import signal
 import uuid
 from pathlib import Path
 
 import pytest
 
-from devservers import temporal_server
+from devservers import processes, temporal_server
 from infra import codec_server
 from infra.connection import connect
 from tests.conftest import OUTPUT, answer, model_activities
@@ -67,9 +66,7 @@ async def test_the_ui_shows_the_goal_decoded_through_the_codec_endpoint(
                "the database holds no plaintext of the goal; the UI shows the goal decoded (headless Chromium)", {})
     finally:
         server.stop()
-        if codec.poll() is None:
-            os.kill(codec.pid, signal.SIGTERM)
-        codec.wait(timeout=10)
+        processes.stop(codec, grace=10)
 
 
 async def _wait_for_port(port: int, timeout: float = 20) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -17,6 +16,7 @@ import pytest_asyncio
 from google.protobuf.json_format import MessageToJson
 from temporalio.client import Client
 
+from devservers import processes
 from infra.datadir import read_effects
 from activities.tools import tool
 from devservers.fakemodel import FakeModelServer
@@ -63,12 +63,7 @@ async def test_api_key_is_nowhere_in_history_ui_fields_or_logs(client: Client, d
             searched.append((await handle.query("history", result_type=SessionHistory)).model_dump_json())
             searched.append((await handle.query("status", result_type=SessionStatus)).model_dump_json())
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+        processes.stop(worker, grace=20)
         model.stop()
     payload_files = list((data_dir / "payloads").rglob("*.payload")) if (data_dir / "payloads").exists() else []
     searched += [p.read_bytes().decode("utf-8", "replace") for p in payload_files]

@@ -10,7 +10,6 @@ import asyncio
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from typing import Any
 import httpx2 as httpx
 from temporalio.client import Client
 
+from devservers import processes
 from devservers.temporal_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,13 +57,7 @@ class ApiProcess:
         return self
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
+        processes.stop(self.process, grace=10)
 
     def log(self) -> str:
         return self.log_file.read_text(errors="replace")[-4000:]

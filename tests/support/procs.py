@@ -25,6 +25,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue, TaskQueueVersionSelection
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
 
+from devservers import processes
 from infra.datadir import read_effects
 from workflows.agent import AgentWorkflow
 from workflows.contract import Limits, SessionInput, SessionStatus
@@ -53,15 +54,13 @@ class WorkerProcess:
     def kill(self) -> float:
         """kill -9 by PID and reap; returns the wall-clock time of the kill."""
         at = time.time()
-        if self.alive():
-            os.kill(self.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
+        processes.kill(self.process)
         return at
 
     def terminate(self) -> float:
         """SIGTERM by PID (the worker drains); returns the wall-clock time it was sent."""
         at = time.time()
-        os.kill(self.pid, signal.SIGTERM)
+        self.process.send_signal(signal.SIGTERM)
         return at
 
     async def exited(self, timeout: float = 60) -> float:
@@ -75,15 +74,7 @@ class WorkerProcess:
 
     def stop(self) -> None:
         """SIGTERM by PID, then SIGKILL if it lingers; always reaped."""
-        if not self.alive():
-            self.process.wait()
-            return
-        os.kill(self.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.kill(self.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+        processes.stop(self.process, grace=10)
 
     def log(self) -> str:
         try:
@@ -150,9 +141,7 @@ class Workers:
             try:
                 worker.stop()
             except Exception:  # keep ending the others
-                if worker.alive():
-                    os.kill(worker.pid, signal.SIGKILL)
-                    worker.process.wait(timeout=10)
+                processes.kill(worker.process)
 
     def logs(self) -> str:
         return "\n".join(f"--- worker pid {w.pid} ---\n{w.log()}" for w in self.started)
