@@ -8,8 +8,8 @@ By default it runs with the history service's queue poll limits raised (`TUNED`)
 the server's defaults, every workflow task that follows an activity's completion waits
 for the next poll of its queue (about 50 ms at 20 polls a second), and a timer or a
 retry for up to a second. `start(tuned=False)` (`python devserver.py
---default-settings`) runs the server's defaults, for a reference. Figures: README,
-"Server settings that matter".
+--default-settings`) runs the server's defaults, for a reference. Figures:
+docs/operations/server-settings.md.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from devservers import processes
 
 # Server settings that decide an agent step's latency (figures measured on this
-# machine, no-op round trips; README, "Server settings that matter"):
+# machine, no-op round trips; docs/operations/server-settings.md):
 # - after an activity completes, the next workflow task waits for the transfer queue's
 #   next poll: 20 polls a second by default, about 50 ms a step under steady load;
 #   raised, about 15 to 25 ms;
