@@ -16,11 +16,11 @@ tests, which replay every recorded history inside the sandbox. `--sandbox` (or
 workflow code.
 
 `--deployment NAME --build-id ID` registers the worker as one version of a Temporal
-Worker Deployment (README, "Deploying a new version"); without them it runs unversioned.
+Worker Deployment (docs/operations/deployment.md); without them it runs unversioned.
 SIGTERM drains: polling stops, running model calls and tools get `--drain-seconds` to
 finish, then the process exits. `--max-cached-workflows`, `--max-concurrent-activities`,
 `--max-concurrent-workflow-tasks`, `--workflow-pollers` and `--activity-pollers` size the
-worker for many sessions at once (README, "Sizing a worker").
+worker for many sessions at once (docs/operations/sizing.md).
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ DEFAULT_DRAIN_SECONDS = 30.0
 # runs behind its load, tasks that wait longer move to the shared queue, out of order, and
 # are dispatched twice: with 200 sessions at once and no model latency, 0.9 more task
 # dispatches a step and about a tenth less throughput than with 10 s (bench/analysis.md).
-# Such a worker wants it longer than its backlog's wait (`--sticky-timeout`; README,
-# "Sizing a worker").
+# Such a worker wants it longer than its backlog's wait (`--sticky-timeout`;
+# docs/operations/sizing.md).
 STICKY_TIMEOUT = timedelta(seconds=1)
 
 
@@ -77,7 +77,7 @@ def load_workflow(spec: str) -> type:
 # call holds its activity slot for the model's whole latency, so a worker serving N
 # sessions in flight wants about N activity slots (each is an awaiting coroutine), and a
 # cache that holds every one of them: an evicted session replays its whole history at its
-# next step. bench/analysis.md has the measurements behind the figures in the README.
+# next step. bench/analysis.md has the measurements behind the figures in docs/operations/sizing.md.
 CAPACITY_FLAGS = {
     "max_cached_workflows": "sessions kept in memory between steps (SDK default 1000)",
     "max_concurrent_activities": "model calls and tools running at once (SDK default 100)",
