@@ -44,7 +44,7 @@ def create_app(users: Users, client: Client | None = None) -> FastAPI:
     app.state.users = users
     http_errors.install(app)
     app.add_middleware(http_errors.BodyLimit)
-    for module in (pages, routes, events):
+    for module in (pages, routes, sse):
         app.include_router(module.router)
     _docs(app)
     return app

@@ -14,18 +14,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import ValidationError
 
-from temporalio.exceptions import ApplicationError
-
-from infra.definitions import DefinitionError, load_definitions
-from activities.providers import split
-from sessions import control, render, start_input
 from infra.connection import task_queue
-from infra.errors import InvalidInput
+from infra.errors import BadRequest, InvalidInput
 from service import schemas
 from service.auth import User, current_user
 from service.ownership import Owners
+from sessions import control, render, start_input
 from workflows.agent import AgentWorkflow
-from sessions.pricing import PRICES
 from workflows.contract import CancelRequest, Decision, SessionInput, SessionStatus, UserMessage
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -62,7 +57,8 @@ async def start_session(body: schemas.StartSession, user: Caller, owned: Owned) 
 
 
 async def _session_input(body: schemas.StartSession, user: User, owned: Owners) -> SessionInput:
-    """The start input, resolved like the command line's: the agent's settings, then the body's."""
+    """The start input, resolved as the command line's is (`sessions.start_input.resolve`):
+    the agent's settings, then the body's. A refusal is a 422."""
     limits = {"max_steps": body.max_steps, "token_budget": body.token_budget,
               "cost_budget_usd": body.cost_budget, "timeout_seconds": body.timeout}  # fmt: skip
     fields = {
@@ -70,25 +66,13 @@ async def _session_input(body: schemas.StartSession, user: User, owned: Owners) 
         "search_attributes": await owned.has_search_attributes(),
     }  # fmt: skip
     try:
-        if body.model is not None:
-            split(body.model)
-        definitions = load_definitions()
-        agent = start_input.chosen_agent(definitions, body.agent)
-        session_input = start_input.session_input(
-            definitions, agent, goal=body.goal, limits={k: v for k, v in limits.items() if v is not None}, fields=fields
-        )
-    except ApplicationError as err:  # an unknown model provider
-        raise InvalidInput(err.message) from None
-    except DefinitionError as err:
+        return start_input.resolve(goal=body.goal, agent=body.agent, limits=limits, fields=fields)
+    except BadRequest as err:
         raise InvalidInput(str(err)) from None
     except ValidationError as err:
         raise InvalidInput(
             "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
         ) from None
-    if session_input.limits.cost_budget_usd is not None and session_input.price is None:
-        raise InvalidInput(f"no prices for model {session_input.model!r}, so a cost budget cannot be kept; "
-                           f"models with prices: {', '.join(sorted(PRICES))}")  # fmt: skip
-    return session_input
 
 
 @router.get("", responses=ERRORS)

@@ -1,17 +1,26 @@
 """From agent definitions (`infra/definitions.py`) to what a session records at start.
 
-`session_input(...)` resolves an agent (its model, prompt, tools, MCP servers by name,
-approval rules, limits, and its sub-agents, each resolved the same way) into a
-`SessionInput`; flags given by the caller override the agent's settings. The start
-input is in history, so a later edit of the file never changes a running session.
+`resolve(...)` is the one way an entry point (`client.py start` and `schedule create`,
+`POST /v1/sessions`) turns a caller's goal, agent name, limits and fields into the start
+input: it checks the model's provider, reads the definitions, resolves the agent (its
+model, prompt, tools, MCP servers by name, approval rules, limits, and its sub-agents,
+each resolved the same way) with the caller's settings on top, and refuses a cost budget
+for a model without prices. Every refusal is a one-line `BadRequest`; a value that breaks
+the input's schema is pydantic's `ValidationError`, which each entry point words its own
+way. The start input is in history, so a later edit of the file never changes a running
+session.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from infra.definitions import AgentDefinition, Definitions
-from sessions.pricing import price_for
+from temporalio.exceptions import ApplicationError
+
+from activities.providers import split
+from infra.definitions import AgentDefinition, DefinitionError, Definitions, load_definitions
+from infra.errors import BadRequest
+from sessions.pricing import PRICES, price_for
 from workflows.contract import DEFAULT_MODEL, DEFAULT_SYSTEM, AgentSpec, Limits, SessionInput, SubAgent
 
 # Sub-agents of sub-agents are resolved this deep; an agent already on the path is left
@@ -26,6 +35,44 @@ LIMIT_FIELDS = {  # definition field -> Limits field
     "model_timeout": "model_timeout_seconds",
     "context_tokens": "context_tokens",
 }
+
+
+def resolve(*, goal: str, agent: str | None, limits: dict[str, Any], fields: dict[str, Any]) -> SessionInput:
+    """The start input for the caller's goal, agent (None: the file's default) and
+    settings: `limits` as `Limits` fields and `fields` as `SessionInput` fields, None
+    meaning not given."""
+    if fields.get("model") is not None:
+        check_model(fields["model"])
+    found = read_definitions()
+    try:
+        chosen = chosen_agent(found, agent)
+        resolved = session_input(
+            found, chosen, goal=goal, limits={k: v for k, v in limits.items() if v is not None}, fields=fields
+        )
+    except DefinitionError as err:
+        raise BadRequest(str(err)) from None
+    if resolved.limits.cost_budget_usd is not None and resolved.price is None:
+        raise BadRequest(
+            f"no prices for model {resolved.model!r}, so a cost budget cannot be kept; "
+            f"models with prices: {', '.join(sorted(PRICES))}"
+        )
+    return resolved
+
+
+def check_model(model: str) -> None:
+    """An unknown provider prefix is the caller's mistake, said before anything starts."""
+    try:
+        split(model)
+    except ApplicationError as err:
+        raise BadRequest(err.message) from None
+
+
+def read_definitions() -> Definitions:
+    """The agent definitions; a file that cannot be used is a `BadRequest` naming it."""
+    try:
+        return load_definitions()
+    except DefinitionError as err:
+        raise BadRequest(str(err)) from None
 
 
 def chosen_agent(definitions: Definitions, name: str | None) -> str | None:

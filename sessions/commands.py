@@ -1,0 +1,285 @@
+"""What each `client.py` command does: call `sessions.control` (or the schedules, the
+watch, the fork) and print. `client.py` holds the arguments, the one-line errors and the
+exit codes, and imports this module only once the arguments are read.
+
+Each command takes the Temporal client (None for `agents`, which needs none) and the
+parsed arguments, and returns the exit code. A mistake the person can fix is a
+`BadRequest` with one line of text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.client import Client
+
+from infra.connection import connect, task_queue
+from infra.errors import BadRequest, ConfigError, SessionExists, Unreachable
+from sessions import control, render, schedules, start_input
+from sessions.fork import forked_input
+from sessions.pricing import price_for
+from sessions.watch import watch as follow
+from workflows.agent import AgentWorkflow
+from workflows.contract import CancelRequest, Decision, SessionInput, SessionStatus, UserMessage
+
+EXIT_NOT_COMPLETED = 2
+UserError = BadRequest  # a mistake the person can fix; printed as one line
+
+
+def ui_url(session_id: str, namespace: str = "default") -> str:
+    base = os.environ.get("TEMPORAL_UI_URL", "http://localhost:8233").rstrip("/")
+    return f"{base}/namespaces/{namespace}/workflows/{session_id}"
+
+
+async def start(client: Client, args: argparse.Namespace) -> int:
+    session_input = await resolve_start(client, args)
+    session_id = args.session or f"session-{uuid.uuid4().hex[:12]}"
+    try:
+        handle = await control.start(
+            client, session_input, session_id, task_queue=task_queue(),
+            summary=render.shorten(session_input.goal, 200), details=render.session_details(session_input),
+        )  # fmt: skip
+    except SessionExists:
+        raise UserError(
+            f"session {session_id} already exists; follow it with: python client.py watch {session_id}"
+        ) from None
+    print(session_id, flush=True)
+    if args.watch:
+        return await follow(client, handle, ui_url(session_id, client.namespace))
+    if args.wait:
+        result: SessionStatus = await handle.result()
+        render.print_status(result, ui_url(session_id, client.namespace))
+        return 0 if result.status == "completed" else EXIT_NOT_COMPLETED
+    return 0
+
+
+async def resolve_start(client: Client, args: argparse.Namespace) -> SessionInput:
+    """The start input from `start`'s (or `schedule create`'s) arguments (`sessions.start_input`)."""
+    goal = read_goal(args)
+    limits = {
+        "max_steps": args.max_steps,
+        "token_budget": args.token_budget,
+        "cost_budget_usd": args.cost_budget,
+        "timeout_seconds": args.timeout,
+        "max_tokens": args.max_tokens,
+        "context_tokens": args.context_tokens,
+        "model_timeout_seconds": args.model_timeout,
+    }
+    fields = {
+        "user_id": args.user,
+        "model": args.model,
+        "system": args.system,
+        "tools": [t.strip() for t in args.tools.split(",") if t.strip()] if args.tools else None,
+        "chat": args.chat or None,
+        "summarize_dropped": args.summarize_dropped or None,
+        "idle_timeout_seconds": args.idle_timeout,
+        "search_attributes": await control.has_search_attributes(client),
+    }
+    try:
+        return start_input.resolve(goal=goal, agent=args.agent, limits=limits, fields=fields)
+    except ValidationError as err:
+        raise UserError(describe_validation(err)) from None
+
+
+async def list_agents(client: Client | None, args: argparse.Namespace) -> int:
+    render.print_agents(start_input.describe(start_input.read_definitions()), as_json=args.json)
+    return 0
+
+
+def read_goal(args: argparse.Namespace) -> str:
+    if args.goal_file is not None:
+        if args.goal is not None:
+            raise UserError("give the goal as an argument or with --goal-file, not both")
+        try:
+            return args.goal_file.read_text()
+        except OSError as err:
+            raise UserError(f"cannot read the goal file {args.goal_file}: {err.strerror}") from None
+    if not args.goal:
+        raise UserError("a goal is needed: python client.py start \"what to do\"")
+    return args.goal
+
+
+async def status(client: Client, args: argparse.Namespace) -> int:
+    snapshot = await control.status(client, args.session)
+    if args.json:
+        print(snapshot.model_dump_json(indent=2))
+    else:
+        render.print_status(snapshot, ui_url(args.session, client.namespace))
+    return 0
+
+
+async def history(client: Client, args: argparse.Namespace) -> int:
+    found = await control.history(client, args.session)
+    if args.json:
+        print(json.dumps(control.history_document(found), indent=2, ensure_ascii=False))
+    else:
+        render.print_history(found)
+    return 0
+
+
+async def export(client: Client, args: argparse.Namespace) -> int:
+    """The workflow's event history in Temporal's JSON format (`WorkflowHistory.from_json`, replayers)."""
+    handle = control.handle(client, args.session)
+    await control.describe(handle)
+    found = await handle.fetch_history()
+    text = found.to_json()
+    if str(args.file) == "-":
+        print(text)
+        return 0
+    try:
+        args.file.write_text(text)
+    except OSError as err:
+        raise UserError(f"cannot write {args.file}: {err.strerror}") from None
+    print(f"wrote {len(found.events)} events of session {args.session} to {args.file}", file=sys.stderr)
+    return 0
+
+
+def decided_by(args: argparse.Namespace) -> str:
+    """`--as USER`, by default `cli:<login name>`."""
+    return control.cli_user() if args.decided_by is None else args.decided_by
+
+
+async def decide(client: Client, args: argparse.Namespace) -> int:
+    approving = args.command == "approve"
+    try:
+        if approving:
+            decision = Decision(tool_use_id=args.tool_use_id, decided_by=decided_by(args), input=args.input)
+        else:
+            decision = Decision(tool_use_id=args.tool_use_id, decided_by=decided_by(args), reason=args.reason)
+    except ValidationError as err:
+        raise UserError(describe_validation(err)) from None
+    update = AgentWorkflow.approve_call if approving else AgentWorkflow.deny_call
+    owner = await control.owner_of_call(client, args.session, args.tool_use_id)
+    print(await control.act(client, owner, update, decision))
+    return 0
+
+
+async def fork(client: Client, args: argparse.Namespace) -> int:
+    source = control.handle(client, args.session)
+    state = await control.query(source, AgentWorkflow.state)
+    started, _ = await control.start_input(client, source)
+    if args.model is not None:
+        start_input.check_model(args.model)
+        started = started.model_copy(update={"model": args.model, "price": price_for(args.model)})
+    session_input = forked_input(started, args.session, state, args.at_step, args.message)
+    session_id = args.new_session or f"{args.session}.fork-{uuid.uuid4().hex[:6]}"
+    details = render.session_details(session_input) + f"\n**forked from** {args.session} after step {args.at_step}"
+    try:
+        handle = await control.start(
+            client, session_input, session_id, task_queue=task_queue(),
+            summary=render.shorten(session_input.goal, 200), details=details,
+        )  # fmt: skip
+    except SessionExists:
+        raise UserError(f"session {session_id} already exists") from None
+    print(session_id, flush=True)
+    if args.watch:
+        return await follow(client, handle, ui_url(session_id, client.namespace))
+    return 0
+
+
+async def schedule(client: Client, args: argparse.Namespace) -> int:
+    if args.schedule_command == "create":
+        session_input = await resolve_start(client, args)
+        every = schedules.parse_every(args.every) if args.every else None
+        await schedules.create(
+            client, args.name, session_input, task_queue=task_queue(), cron=args.cron, every=every,
+            summary=render.shorten(session_input.goal, 200),
+        )  # fmt: skip
+        print(f"created schedule {args.name}")
+    elif args.schedule_command == "list":
+        render.print_schedules(await schedules.listing(client), as_json=args.json)
+    else:
+        print(await schedules.act(client, args.name, args.schedule_command))
+    return 0
+
+
+async def send(client: Client, args: argparse.Namespace) -> int:
+    try:
+        message = UserMessage(text=args.text)
+    except ValidationError as err:
+        raise UserError(describe_validation(err)) from None
+    position = await control.act(client, args.session, AgentWorkflow.send_message, message)
+    print(f"message {position} queued for {args.session}")
+    return 0
+
+
+async def close(client: Client, args: argparse.Namespace) -> int:
+    print(await control.act(client, args.session, AgentWorkflow.close_session))
+    return 0
+
+
+async def steer(client: Client, args: argparse.Namespace) -> int:
+    """pause, resume or cancel."""
+    if args.command == "cancel":
+        try:
+            request = CancelRequest(reason=args.reason, decided_by=decided_by(args))
+        except ValidationError as err:
+            raise UserError(describe_validation(err)) from None
+        print(await control.act(client, args.session, AgentWorkflow.cancel_session, request))
+    elif args.command == "pause":
+        print(await control.act(client, args.session, AgentWorkflow.pause_session))
+    else:
+        print(await control.act(client, args.session, AgentWorkflow.resume_session))
+    return 0
+
+
+async def watch(client: Client, args: argparse.Namespace) -> int:
+    handle = control.handle(client, args.session)
+    await control.describe(handle)
+    return await follow(
+        client, handle, ui_url(args.session, client.namespace), as_json=args.json, prompt=not args.no_prompt
+    )
+
+
+async def list_sessions(client: Client, args: argparse.Namespace) -> int:
+    rows = await control.list_sessions(client, status=args.status, user=args.user, limit=args.limit)
+    render.print_sessions(rows, as_json=args.json)
+    return 0
+
+
+def describe_validation(err: ValidationError) -> str:
+    issue = err.errors()[0]
+    where = ".".join(str(p) for p in issue["loc"])
+    return f"invalid {where or 'input'}: {issue['msg']}"
+
+
+# Each takes the client (None for the OFFLINE ones) and the arguments, and returns the exit code.
+COMMANDS: dict[str, Callable[[Any, argparse.Namespace], Awaitable[int]]] = {
+    "start": start,
+    "status": status,
+    "history": history,
+    "approve": decide,
+    "deny": decide,
+    "pause": steer,
+    "resume": steer,
+    "cancel": steer,
+    "watch": watch,
+    "send": send,
+    "close": close,
+    "export": export,
+    "list": list_sessions,
+    "agents": list_agents,
+    "fork": fork,
+    "schedule": schedule,
+}
+OFFLINE = {"agents"}  # commands that need no Temporal connection
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Connect (unless the command needs no server) and run the command."""
+    if args.command in OFFLINE:
+        return await COMMANDS[args.command](None, args)
+    try:
+        client = await connect()
+    except Unreachable as err:
+        raise UserError(f"{err} (start it with: python devserver.py, or set TEMPORAL_ADDRESS)") from None
+    except ConfigError as err:
+        raise UserError(str(err)) from None
+    return await COMMANDS[args.command](client, args)
