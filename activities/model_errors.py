@@ -1,18 +1,22 @@
 """The error types a failed model call ends in, and the rules every provider shares.
 
-Each provider decides which of its own failures are which (`Provider.classify`); this
-module holds what does not depend on the provider: the type names the workflow reacts
-to, the HTTP status table (408, 409, 429 and 5xx, 529 included, are retried; every other
-4xx is terminal with the provider's message) and the Retry-After headers, honoured
-through `next_retry_delay`.
+`classify` is the one place that decides whether Temporal retries a failed model call.
+A provider describes its SDK's failures (`SdkErrors`: its exception classes, how to read
+its error answers, any failure of its own); this module holds what does not depend on
+the provider: the type names the workflow reacts to, the HTTP status table (408, 409,
+429 and 5xx, 529 included, are retried; every other 4xx is terminal with the provider's
+message), the Retry-After headers, honoured through `next_retry_delay`, and the order in
+which a failure is looked at.
 """
 
 from __future__ import annotations
 
 import email.utils
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
@@ -79,3 +83,40 @@ def for_status(
     if status == 400 and prompt_too_long:
         return terminal(text, PROMPT_TOO_LONG)
     return terminal(text)
+
+
+@dataclass(frozen=True)
+class SdkErrors:
+    """How one provider's SDK fails. Anthropic's and OpenAI's SDKs are built alike: the
+    same exception classes under their own names, over the same HTTP library."""
+
+    status: type[Any]  # an error answer: has `status_code` and `response.headers`
+    timeout: tuple[type[BaseException], ...]
+    transport: type[BaseException]  # the HTTP library's, raised as is while a stream is read
+    connection: type[BaseException]
+    unreadable: type[BaseException]  # an answer that does not parse as the SDK expects
+    # An error answer's message, and whether it says that the prompt does not fit.
+    read: Callable[[Any], tuple[str, bool]]
+    # A failure only this SDK has, decided; None: not one of them.
+    own: Callable[[BaseException], ApplicationError | None] = lambda err: None
+
+
+def classify(err: BaseException, sdk: SdkErrors) -> ApplicationError:
+    """Retryable: 408, 409, 429, 5xx, connection, timeouts, cut or unreadable answers."""
+    if isinstance(err, ApplicationError):
+        return err  # already decided (the missing key)
+    if isinstance(err, sdk.status):
+        answer: Any = err  # the SDK's class: `status_code`, `response.headers`
+        message, too_long = sdk.read(answer)
+        return for_status(answer.status_code, message, answer.response.headers, prompt_too_long=too_long)
+    if isinstance(err, sdk.timeout):
+        return retryable("model call timed out")
+    if isinstance(err, sdk.transport):
+        return retryable(f"model connection error: {type(err).__name__} {err}".rstrip())
+    if isinstance(err, IncompleteResponse):
+        return retryable(f"model response incomplete: {err}")
+    if isinstance(err, sdk.connection):
+        return retryable(f"model connection error: {err.__cause__ or err}")
+    if isinstance(err, (sdk.unreadable, ValueError, KeyError)):
+        return retryable(f"model sent a response that cannot be read: {err}")
+    return sdk.own(err) or retryable(f"model call failed: {type(err).__name__}: {err}")

@@ -1,10 +1,11 @@
 """Anthropic's Messages API as a provider.
 
-`AsyncAnthropic(max_retries=0)`: Temporal owns retries, and `classify` decides which
-failures it retries. The API key is read here, in the worker process, from the
-environment (`ANTHROPIC_API_KEY` or `ANTHROPIC_AUTH_TOKEN`, and `ANTHROPIC_BASE_URL`);
-it never enters a workflow input. The transcript store already holds Anthropic's
-content blocks, so messages go out as they are, with prompt-cache breakpoints added.
+`AsyncAnthropic(max_retries=0)`: Temporal owns retries, and the shared `classify`
+decides which failures it retries (`ERRORS` describes this SDK's failures to it). The
+API key is read here, in the worker process, from the environment (`ANTHROPIC_API_KEY`
+or `ANTHROPIC_AUTH_TOKEN`, and `ANTHROPIC_BASE_URL`); it never enters a workflow input.
+The transcript store already holds Anthropic's content blocks, so messages go out as
+they are, with prompt-cache breakpoints added.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import anthropic
 import httpx2 as httpx
 from temporalio.exceptions import ApplicationError
 
-from activities.model_errors import IncompleteResponse, for_status, retryable, terminal
+from activities.model_errors import IncompleteResponse, SdkErrors, classify, terminal
 from activities.providers.base import ModelTurn, OnText, ProviderCall
 from activities.wire import Message, StopReason, Usage
 
@@ -84,7 +85,7 @@ class AnthropicProvider:
 
     def classify(self, err: BaseException) -> ApplicationError:
         """Turn a failure of a Messages API call into the error Temporal should see."""
-        return classify(err)
+        return classify(err, ERRORS)
 
 
 def build_params(call: ProviderCall) -> dict[str, Any]:
@@ -150,23 +151,17 @@ def provider_message(err: anthropic.APIStatusError) -> str:
     return err.message or err.response.reason_phrase
 
 
-def classify(err: BaseException) -> ApplicationError:
-    """Retryable: 408, 409, 429, 5xx, connection, timeouts, cut or unreadable answers."""
-    if isinstance(err, ApplicationError):
-        return err  # already decided (the missing key)
-    if isinstance(err, anthropic.APIStatusError):
-        message = provider_message(err)
-        too_long = "prompt is too long" in message.lower()
-        return for_status(err.status_code, message, err.response.headers, prompt_too_long=too_long)
-    if isinstance(err, (anthropic.APITimeoutError, httpx.TimeoutException)):
-        return retryable("model call timed out")
-    if isinstance(err, httpx.TransportError):
-        # Raised as is (not wrapped by the SDK) while a stream is being read.
-        return retryable(f"model connection error: {type(err).__name__} {err}".rstrip())
-    if isinstance(err, IncompleteResponse):
-        return retryable(f"model response incomplete: {err}")
-    if isinstance(err, anthropic.APIConnectionError):
-        return retryable(f"model connection error: {err.__cause__ or err}")
-    if isinstance(err, (anthropic.APIResponseValidationError, ValueError, KeyError)):
-        return retryable(f"model sent a response that cannot be read: {err}")
-    return retryable(f"model call failed: {type(err).__name__}: {err}")
+def read_error(err: anthropic.APIStatusError) -> tuple[str, bool]:
+    """The error answer's message, and whether it says the prompt is too long."""
+    message = provider_message(err)
+    return message, "prompt is too long" in message.lower()
+
+
+ERRORS = SdkErrors(
+    status=anthropic.APIStatusError,
+    timeout=(anthropic.APITimeoutError, httpx.TimeoutException),
+    transport=httpx.TransportError,
+    connection=anthropic.APIConnectionError,
+    unreadable=anthropic.APIResponseValidationError,
+    read=read_error,
+)

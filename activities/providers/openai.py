@@ -2,10 +2,11 @@
 
 `openai:gpt-4.1-mini` is OpenAI's model; with `OPENAI_BASE_URL` set the same provider
 talks to vLLM, Ollama, LiteLLM or any other server with that API. `AsyncOpenAI(
-max_retries=0)`: Temporal owns retries, and `classify` decides which failures it
-retries. `OPENAI_API_KEY` and `OPENAI_BASE_URL` are read here, in the worker process;
-they never enter a workflow input. The transcript stays in the neutral form:
-`openai_format` converts at this edge, both ways.
+max_retries=0)`: Temporal owns retries, and the shared `classify` decides which failures
+it retries (`ERRORS` describes this SDK's failures to it). `OPENAI_API_KEY` and
+`OPENAI_BASE_URL` are read here, in the worker process; they never enter a workflow
+input. The transcript stays in the neutral form: `openai_format` converts at this edge,
+both ways.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import httpx2 as httpx
 import openai
 from temporalio.exceptions import ApplicationError
 
-from activities.model_errors import PROMPT_TOO_LONG, IncompleteResponse, for_status, retryable, terminal
+from activities.model_errors import PROMPT_TOO_LONG, IncompleteResponse, SdkErrors, classify, retryable
+from activities.model_errors import terminal
 from activities.providers.base import ModelTurn, OnText, ProviderCall
 from activities.providers.openai_format import Reply, build_params, to_turn
 
@@ -78,7 +80,7 @@ class OpenAIProvider:
 
     def classify(self, err: BaseException) -> ApplicationError:
         """Turn a failure of a Chat Completions call into the error Temporal should see."""
-        return classify(err)
+        return classify(err, ERRORS)
 
 
 def add_chunk(reply: Reply, chunk: Any) -> str:
@@ -134,29 +136,28 @@ def too_long(err: openai.APIError, message: str) -> bool:
     return err.code == CONTEXT_LENGTH_CODE or any(words in message.lower() for words in CONTEXT_LENGTH_WORDS)
 
 
-def classify(err: BaseException) -> ApplicationError:
-    """Retryable: 408, 409, 429, 5xx, connection, timeouts, cut or unreadable answers."""
-    if isinstance(err, ApplicationError):
-        return err  # already decided (the missing key)
-    if isinstance(err, openai.APIStatusError):
-        message = provider_message(err)
-        return for_status(
-            err.status_code, message, err.response.headers, prompt_too_long=too_long(err, message)
-        )
-    if isinstance(err, (openai.APITimeoutError, httpx.TimeoutException)):
-        return retryable("model call timed out")
-    if isinstance(err, httpx.TransportError):
-        return retryable(f"model connection error: {type(err).__name__} {err}".rstrip())
-    if isinstance(err, IncompleteResponse):
-        return retryable(f"model response incomplete: {err}")
-    if isinstance(err, openai.APIConnectionError):
-        return retryable(f"model connection error: {err.__cause__ or err}")
-    if isinstance(err, (openai.APIResponseValidationError, ValueError, KeyError)):
-        return retryable(f"model sent a response that cannot be read: {err}")
-    if isinstance(err, openai.APIError):
-        # An error event inside a 200 stream: no status to go by.
-        message = provider_message(err)
-        if too_long(err, message):
-            return terminal(f"model: {message}", PROMPT_TOO_LONG)
-        return retryable(f"model stream error: {message}")
-    return retryable(f"model call failed: {type(err).__name__}: {err}")
+def read_error(err: openai.APIStatusError) -> tuple[str, bool]:
+    """The error answer's message, and whether it says the prompt does not fit."""
+    message = provider_message(err)
+    return message, too_long(err, message)
+
+
+def stream_error(err: BaseException) -> ApplicationError | None:
+    """An error event inside a 200 stream: no status to go by."""
+    if not isinstance(err, openai.APIError):
+        return None
+    message = provider_message(err)
+    if too_long(err, message):
+        return terminal(f"model: {message}", PROMPT_TOO_LONG)
+    return retryable(f"model stream error: {message}")
+
+
+ERRORS = SdkErrors(
+    status=openai.APIStatusError,
+    timeout=(openai.APITimeoutError, httpx.TimeoutException),
+    transport=httpx.TransportError,
+    connection=openai.APIConnectionError,
+    unreadable=openai.APIResponseValidationError,
+    read=read_error,
+    own=stream_error,
+)

@@ -17,10 +17,12 @@ from openai.types.completion_usage import CompletionUsage
 from activities import providers
 from activities.model_errors import MODEL_RETRYABLE, MODEL_TERMINAL, PROMPT_TOO_LONG, IncompleteResponse, terminal
 from activities.providers import ProviderCall
-from activities.providers.openai import OpenAIProvider, add_chunk, classify, from_completion
+from activities.providers.openai import OpenAIProvider, add_chunk, from_completion
 from activities.providers.openai_format import Reply, build_params, stop_reason, to_turn, tool_input, usage
 from activities.wire import TextBlock, ToolSpec, ToolUseBlock, Usage
 
+# The provider's own classification (no client is built for it).
+classify = OpenAIProvider().classify
 URL = "https://api.openai.com/v1/chat/completions"
 
 

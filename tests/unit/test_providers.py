@@ -26,10 +26,12 @@ from activities.model_errors import (
 )
 from activities.model import ModelActivities
 from activities.providers import ModelTurn, ProviderCall
-from activities.providers.anthropic import AnthropicProvider, build_params, classify, stop_reason, to_turn
+from activities.providers.anthropic import AnthropicProvider, build_params, stop_reason, to_turn
 from activities.transcript import TranscriptStore
 from activities.wire import Message, ModelRequest, TextBlock, ToolSpec, ToolUseBlock, Usage
 
+# The provider's own classification (no client is built for it).
+classify = AnthropicProvider().classify
 URL = "https://api.anthropic.com/v1/messages"
 
 
