@@ -146,13 +146,12 @@ def report(outcomes: list[Outcome], args: argparse.Namespace) -> str:
 
 
 async def worker_main(address: str, queue: str, fake_url: str, heartbeat_s: float, sticky_s: float) -> None:
-    """A project worker with the given heartbeat timeout (patched into the workflow modules)."""
+    """A project worker with the given heartbeat timeout (patched into the workflow's options)."""
     import signal
 
     import anthropic
 
-    import workflows.model_calls
-    import workflows.tool_calls
+    import workflows.options
     from infra.datadir import data_dir
     from activities.model import ModelActivities
     from activities.transcript import TranscriptStore
@@ -160,7 +159,7 @@ async def worker_main(address: str, queue: str, fake_url: str, heartbeat_s: floa
     from tests.support.tools import TOOLS
     from worker import build_worker
 
-    workflows.tool_calls.HEARTBEAT_TIMEOUT = workflows.model_calls.HEARTBEAT_TIMEOUT = timedelta(seconds=heartbeat_s)
+    workflows.options.HEARTBEAT_TIMEOUT = timedelta(seconds=heartbeat_s)
     client = await connect(target_host=address)
     model = ModelActivities(
         store=TranscriptStore(data_dir() / "transcripts"),

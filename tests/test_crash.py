@@ -4,7 +4,7 @@ Each test runs sessions on two worker processes of its own task queue (the sessi
 dev server and fake model from conftest), kills the one the session is on in the middle
 of something, and shows what the session did next on the other. With the default
 timeouts, a dead worker's activity is noticed when its heartbeat stops
-(`HEARTBEAT_TIMEOUT`, 3 s, in workflows/tool_calls.py); a retried activity starts again
+(`HEARTBEAT_TIMEOUT`, 3 s, in workflows/options.py); a retried activity starts again
 after the first retry interval (1 s); a workflow task offered to the dead worker's sticky
 queue moves to the shared queue after `STICKY_TIMEOUT` (1 s, in worker.py).
 """
@@ -32,7 +32,7 @@ from tests.support.procs import (
 )
 from tests.support.reliability import record
 from worker import STICKY_TIMEOUT
-from workflows.tool_calls import HEARTBEAT_TIMEOUT
+from workflows.options import HEARTBEAT_TIMEOUT
 from workflows.contract import Decision, SessionHistory
 
 pytestmark = pytest.mark.process

@@ -5,9 +5,9 @@ results in the model's order as one user turn), repeat until it answers or a lim
 it. Every way a run ends is a status with a reason; the workflow returns normally.
 
 The workflow holds one `SessionState` and hands it to continue-as-new as it is. The model
-call (`ModelCaller`), the tool calls (`ToolRunner`) and the control actions
-(`workflows/actions.py`) act on the `Session` they are given. Determinism: no I/O, no
-environment, no wall clock but `workflow.now()`.
+call (`ModelCaller`), the tool calls (`ToolRunner`) and the control actions (declared
+here, their rules and effects in `workflows/actions.py`) act on the `Session` they are
+given. Determinism: no I/O, no environment, no wall clock but `workflow.now()`.
 """
 
 from __future__ import annotations
@@ -23,13 +23,15 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.workflow_streams import WorkflowStream
 
     from workflows import actions, spans
+    from workflows.contract import CancelRequest, Decision, UserMessage
+    from workflows.contract import SessionHistory, SessionInput, SessionStatus
     from workflows.events import EVENT_TOPIC, Answered, ContinuedAsNew, UserMessageTaken
     from workflows.model_calls import ModelCaller
+    from workflows.options import DESCRIBE_TOOLS_ATTEMPTS
     from workflows.session import Finished, HandOver, Session, describe_failure, fmt_duration
     from workflows.state import SessionState
     from workflows.subagents import CHILD_APPROVALS, ChildApprovals, SubAgents, subagent_specs
-    from workflows.tool_calls import DESCRIBE_TOOLS_ATTEMPTS, ToolRunner, describe_tools, list_mcp_tools, wait_while_paused
-    from workflows.contract import SessionHistory, SessionInput, SessionStatus
+    from workflows.tool_calls import ToolRunner, describe_tools, list_mcp_tools, wait_while_paused
     from workflows.view import SessionView
 
     from activities.wire import Message, TextBlock
@@ -81,17 +83,103 @@ class AgentWorkflow:
     def history(self) -> SessionHistory:
         return self.session.view.history()
 
+    @workflow.query
+    def state(self) -> SessionState:
+        """Everything the session knows but its event stream: what a fork starts from."""
+        return self.session.state.model_copy(update={"stream_state": None})
+
     @workflow.signal(name=CHILD_APPROVALS)
     def child_approvals(self, update: ChildApprovals) -> None:
         self.subagents.take_child_approvals(update)
 
-    approve_call, approve = actions.handlers(actions.APPROVE)
-    deny_call, deny = actions.handlers(actions.DENY)
-    pause_session, pause = actions.handlers(actions.PAUSE)
-    resume_session, resume = actions.handlers(actions.RESUME)
-    cancel_session, cancel = actions.handlers(actions.CANCEL)
-    send_message, send = actions.handlers(actions.SEND)
-    close_session, close = actions.handlers(actions.CLOSE)
+    # Each action is an update (its validator is the action's rule: a refused one is not
+    # recorded, and the caller gets the reason) and a signal of the same action for
+    # callers that need no answer (a refused one changes nothing and is logged).
+
+    @workflow.update(name="approve_call")
+    def approve_call(self, decision: Decision) -> str:
+        return actions.approve(self.session, decision)
+
+    @approve_call.validator
+    def _check_approve_call(self, decision: Decision) -> None:
+        actions.check_approve(self.session, decision)
+
+    @workflow.signal(name="approve")
+    def approve(self, decision: Decision | None = None) -> None:
+        actions.signalled(self.session, "approve", actions.check_approve, actions.approve, decision)
+
+    @workflow.update(name="deny_call")
+    def deny_call(self, decision: Decision) -> str:
+        return actions.deny(self.session, decision)
+
+    @deny_call.validator
+    def _check_deny_call(self, decision: Decision) -> None:
+        actions.check_deny(self.session, decision)
+
+    @workflow.signal(name="deny")
+    def deny(self, decision: Decision | None = None) -> None:
+        actions.signalled(self.session, "deny", actions.check_deny, actions.deny, decision)
+
+    @workflow.update(name="pause_session")
+    def pause_session(self) -> str:
+        return actions.pause(self.session)
+
+    @pause_session.validator
+    def _check_pause_session(self) -> None:
+        actions.check_pause(self.session)
+
+    @workflow.signal(name="pause")
+    def pause(self) -> None:
+        actions.signalled(self.session, "pause", actions.check_pause, actions.pause)
+
+    @workflow.update(name="resume_session")
+    def resume_session(self) -> str:
+        return actions.resume(self.session)
+
+    @resume_session.validator
+    def _check_resume_session(self) -> None:
+        actions.check_resume(self.session)
+
+    @workflow.signal(name="resume")
+    def resume(self) -> None:
+        actions.signalled(self.session, "resume", actions.check_resume, actions.resume)
+
+    @workflow.update(name="cancel_session")
+    def cancel_session(self, request: CancelRequest) -> str:
+        return actions.cancel(self.session, request)
+
+    @cancel_session.validator
+    def _check_cancel_session(self, request: CancelRequest) -> None:
+        actions.check_cancel(self.session, request)
+
+    @workflow.signal(name="cancel")
+    def cancel(self, request: CancelRequest | None = None) -> None:
+        request = request or CancelRequest()  # a bare cancel: no reason given
+        actions.signalled(self.session, "cancel", actions.check_cancel, actions.cancel, request)
+
+    @workflow.update(name="send_message")
+    def send_message(self, message: UserMessage) -> int:
+        return actions.send(self.session, message)
+
+    @send_message.validator
+    def _check_send_message(self, message: UserMessage) -> None:
+        actions.check_send(self.session, message)
+
+    @workflow.signal(name="send")
+    def send(self, message: UserMessage | None = None) -> None:
+        actions.signalled(self.session, "send", actions.check_send, actions.send, message)
+
+    @workflow.update(name="close_session")
+    def close_session(self) -> str:
+        return actions.close(self.session)
+
+    @close_session.validator
+    def _check_close_session(self) -> None:
+        actions.check_close(self.session)
+
+    @workflow.signal(name="close")
+    def close(self) -> None:
+        actions.signalled(self.session, "close", actions.check_close, actions.close)
 
     # ---- the session: runs, and in a chat the waits between them ---------------------------
 

@@ -12,27 +12,16 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.model_errors import TRANSCRIPT_MISSING
     from activities.model import ModelActivities
     from activities.wire import Message, ModelReply, ModelRequest, ToolResultBlock, tool_specs_text
-    from workflows import spans
+    from workflows import options, spans
     from workflows.events import TurnRecorded
     from workflows.session import Finished, Session, describe_failure, error_type, was_cancelled
-    from workflows.tool_calls import HEARTBEAT_TIMEOUT
     from workflows.contract import ToolCallRecord, TraceTurn
-
-
-def model_retry_policy(attempts: int) -> RetryPolicy:
-    return RetryPolicy(
-        initial_interval=timedelta(seconds=1),
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(seconds=60),
-        maximum_attempts=attempts,
-    )
 
 
 class ModelCaller:
@@ -99,13 +88,10 @@ class ModelCaller:
         return call.output_ref if call is not None and call.output == block.content else None
 
     async def _activity(self, request: ModelRequest) -> ModelReply:
-        limits = self.session.input.limits
         return await workflow.execute_activity_method(
             ModelActivities.call_model,
             request,
-            start_to_close_timeout=timedelta(seconds=limits.model_timeout_seconds),
-            heartbeat_timeout=HEARTBEAT_TIMEOUT,
-            retry_policy=model_retry_policy(limits.model_attempts),
+            **options.model_call(self.session.input.limits),
             summary=f"model call {request.step} ({request.model})",
         )
 

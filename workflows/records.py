@@ -3,6 +3,7 @@ model turn. They are part of its state and of what the queries return."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any, Literal
 
@@ -64,6 +65,11 @@ class ToolCallRecord(BaseModel):
     def run_input(self) -> dict[str, Any]:
         """The input the tool runs with: the approved edit, or the model's own."""
         return self.approved_input if self.approved_input is not None else self.input
+
+    def repeat_key(self) -> str:
+        """What makes two calls the same call (`SessionState.repeats` counts them): the tool
+        and the model's input."""
+        return f"{self.name}:{json.dumps(self.input, sort_keys=True, ensure_ascii=False)}"
 
 
 class TraceTurn(BaseModel):

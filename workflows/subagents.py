@@ -1,7 +1,9 @@
 """Sub-agents: another agent called as a tool (`agent__NAME`), run as a child session.
 
 The child is its own workflow (`PARENT.sub-N`, its own history in the Temporal UI,
-linked to the parent) started with the sub-agent's recorded definition. Budgets are
+linked to the parent) started with the sub-agent's recorded definition. It runs this
+same workflow, started and signalled by the names it is registered under (so this
+module needs no reference to the workflow class, which is built on it). Budgets are
 shared: the child gets at most what the parent has left (split between the children of
 one response), and its tokens and cost are added to the parent's when it ends. The
 parent's pause and resume are passed on; cancelling the parent cancels the child. The
@@ -15,18 +17,21 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
-from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
     from activities.wire import ToolSpec
+    from workflows import options
     from workflows.records import PendingApproval, ToolCallRecord
     from workflows.session import Session, short
     from workflows.contract import Limits, ParentLink, SessionInput, SessionStatus, SubAgent
 
 TOOL_PREFIX = "agent__"
+# The signals between a parent and its children: the child tells what it waits for; the
+# parent passes on its pause and resume (the names of AgentWorkflow's own signals).
 CHILD_APPROVALS = "child_approvals"
+PAUSE, RESUME = "pause", "resume"
 
 
 class ChildApprovals(BaseModel):
@@ -67,8 +72,6 @@ class SubAgents:
 
     async def run(self, call: ToolCallRecord, spec: ToolSpec, siblings: int) -> tuple[str, bool]:
         """Run the child session for one call; its answer, or an error result with its reason."""
-        from workflows.agent import AgentWorkflow  # the child runs the same workflow
-
         sub = self._definition(spec)
         task = call.run_input().get("task")
         if sub is None or not isinstance(task, str) or not task.strip():
@@ -76,10 +79,11 @@ class SubAgents:
         self.state.subagent_runs += 1
         child_id = call.child_session_id = f"{self.session.id}.sub-{self.state.subagent_runs}"
         handle = await workflow.start_child_workflow(
-            AgentWorkflow.run,
+            workflow.info().workflow_type,  # the child runs this same workflow
             self._child_input(sub, task, call, siblings),
             id=child_id,
-            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            result_type=SessionStatus,
+            **options.subagent(),
             static_summary=f"sub-agent {sub.name} of {self.session.id}: {short(task, 120)}",
         )
         self._running.add(child_id)
@@ -130,14 +134,12 @@ class SubAgents:
         why = result.stop_reason or result.error or result.status
         return f"the {sub.name} agent did not finish: {result.status} ({why})", True
 
-    async def _pass_on_pauses(self, handle: workflow.ChildWorkflowHandle) -> None:
-        from workflows.agent import AgentWorkflow
-
+    async def _pass_on_pauses(self, handle: workflow.ChildWorkflowHandle[Any, SessionStatus]) -> None:
         paused = False
         while True:
             await workflow.wait_condition(lambda: self.state.paused != paused)
             paused = self.state.paused
-            await handle.signal(AgentWorkflow.pause if paused else AgentWorkflow.resume)
+            await handle.signal(PAUSE if paused else RESUME)
 
     # ---- approvals, both ways --------------------------------------------------------------
 

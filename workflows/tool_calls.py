@@ -14,7 +14,6 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
@@ -25,28 +24,12 @@ with workflow.unsafe.imports_passed_through():
     from workflows.events import ApprovalRequested, ToolCallEnded, ToolCallStarted
     from workflows.session import HandOver, Session, describe_failure, error_type, short, was_cancelled
     from workflows.state import SETTLED
-    from workflows import spans
+    from workflows import options, spans
     from workflows.subagents import SubAgents
     from workflows.contract import CallStatus, ToolCallRecord
 
-TOOL_START_TO_CLOSE = timedelta(minutes=10)
-# Activities heartbeat every second; a dead worker's model call or tool is noticed this
-# long after its last heartbeat, so the next step starts about 4 s after a kill -9
-# (tests/test_crash.py). The heartbeats are as many as with 10 s; the server's timers
-# fire more often: about 10% more server CPU with 200 sessions (bench/failover_load.py).
-# Changing it changes no command: recorded histories replay.
-HEARTBEAT_TIMEOUT = timedelta(seconds=3)
-LOCAL_TIMEOUT = timedelta(seconds=30)
-LOCAL_TOOL_TIMEOUT = timedelta(seconds=30)
+# From this many identical calls on, the model is told that it repeats itself.
 REPEAT_NOTE_AT = 3
-RETRY_IDEMPOTENT_TOOL = RetryPolicy(
-    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30), maximum_attempts=5
-)
-RUN_ONCE = RetryPolicy(maximum_attempts=1)
-# Listing the worker's tools is quick; a worker that cannot do it fails the start, it
-# does not leave the session `running` forever.
-DESCRIBE_TOOLS_ATTEMPTS = 3
-DESCRIBE_TOOLS_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=DESCRIBE_TOOLS_ATTEMPTS)
 
 
 class ToolRunner:
@@ -94,7 +77,7 @@ class ToolRunner:
         return spec.requires_approval if rule == "tool" else rule == "always"
 
     def _count_repeat(self, call: ToolCallRecord) -> None:
-        key = f"{call.name}:{json.dumps(call.input, sort_keys=True, ensure_ascii=False)}"
+        key = call.repeat_key()
         self.state.repeats[key] = call.repeats = self.state.repeats.get(key, 0) + 1
 
     def _request(self, call: ToolCallRecord) -> ToolRequest:
@@ -145,15 +128,14 @@ class ToolRunner:
             return await workflow.execute_local_activity_method(
                 ToolActivities.check_tool_input,
                 self._request(call),
-                start_to_close_timeout=LOCAL_TIMEOUT,
+                **options.check_tool_input(),
                 summary=f"check the input of {call.name}",
             )
         try:
             return await workflow.execute_activity_method(
                 McpActivities.check_mcp_input,
                 self._request(call),
-                start_to_close_timeout=_mcp_timeout(spec),
-                retry_policy=RETRY_IDEMPOTENT_TOOL,
+                **options.check_mcp_input(spec),
                 summary=f"check the input of {call.name}",
             )
         except ActivityError as err:
@@ -217,31 +199,16 @@ class ToolRunner:
         return content
 
     async def _activity(self, spec: ToolSpec, request: ToolRequest, summary: str) -> ToolOutcome:
-        retry = RUN_ONCE if spec.policy == "at_most_once" else RETRY_IDEMPOTENT_TOOL
         if spec.server is not None:
             return await workflow.execute_activity_method(
-                McpActivities.call_mcp_tool,
-                request,
-                start_to_close_timeout=_mcp_timeout(spec),
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=retry,
-                summary=summary,
+                McpActivities.call_mcp_tool, request, **options.call_mcp_tool(spec), summary=summary
             )
         if spec.local and spec.policy != "at_most_once":
             return await workflow.execute_local_activity_method(
-                ToolActivities.run_tool,
-                request,
-                start_to_close_timeout=LOCAL_TOOL_TIMEOUT,
-                retry_policy=RETRY_IDEMPOTENT_TOOL,
-                summary=summary,
+                ToolActivities.run_tool, request, **options.run_local_tool(), summary=summary
             )
         return await workflow.execute_activity_method(
-            ToolActivities.run_tool,
-            request,
-            start_to_close_timeout=TOOL_START_TO_CLOSE,
-            heartbeat_timeout=HEARTBEAT_TIMEOUT,
-            retry_policy=retry,
-            summary=summary,
+            ToolActivities.run_tool, request, **options.run_tool(spec), summary=summary
         )
 
     def _close(
@@ -279,12 +246,6 @@ async def wait_while_paused(session: Session) -> None:
         await workflow.wait_condition(lambda: not state.paused)
 
 
-def _mcp_timeout(spec: ToolSpec) -> timedelta:
-    # Connecting (a stdio server starting) and calling are each bounded by the server's
-    # timeout inside the activity; this bounds the attempt as a whole.
-    return timedelta(seconds=2 * (spec.timeout_seconds or 30) + 30)
-
-
 async def list_mcp_tools(session: Session) -> list[ToolSpec]:
     """The tools of the agent's MCP servers, as `SERVER__TOOL` specs (recorded with the rest)."""
     agent = session.input.agent
@@ -293,9 +254,7 @@ async def list_mcp_tools(session: Session) -> list[ToolSpec]:
     return await workflow.execute_activity_method(
         McpActivities.list_mcp_tools,
         agent.mcp_servers,
-        start_to_close_timeout=TOOL_START_TO_CLOSE,
-        heartbeat_timeout=HEARTBEAT_TIMEOUT,
-        retry_policy=DESCRIBE_TOOLS_RETRY,
+        **options.list_mcp_tools(),
         summary=f"list the tools of {', '.join(agent.mcp_servers)}",
     )
 
@@ -304,8 +263,7 @@ async def describe_tools(session: Session) -> list[ToolSpec]:
     """The worker's tools, narrowed to the session's list."""
     specs = await workflow.execute_local_activity_method(
         ToolActivities.describe_tools,
-        start_to_close_timeout=LOCAL_TIMEOUT,
-        retry_policy=DESCRIBE_TOOLS_RETRY,
+        **options.describe_tools(),
         summary="list the worker's tools",
     )
     if session.input.tools is not None:
