@@ -12,14 +12,20 @@ import time
 import uuid
 from pathlib import Path
 
-from temporalio.client import WorkflowExecutionStatus
+from datetime import datetime, timedelta, timezone
 
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+
+from activities.wire import Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock, Usage
 from infra.datadir import read_effects
+from sessions.fork import forked_state
 from tests.conftest import ROOT, Harness, answer, tool_use
 from tests.support.reliability import record
 from tests.test_watch import EMAIL, cli_env, wait_for_status
 from workflows.agent import AgentWorkflow
 from workflows.contract import SessionHistory, SessionStatus
+from workflows.records import PendingApproval, ToolCallRecord, TraceTurn
+from workflows.state import Ending, SessionState
 
 AREA = "Agents"
 NOTE = {"title": "t", "text": "x"}
@@ -197,11 +203,73 @@ async def test_fork_at_step_2_takes_another_path(harness: Harness):
     assert after == before
     # the note of step 1 was not written again by the fork
     assert len([e for e in read_effects() if e["session_id"] == fork]) == 0
+    # the fork runs with the tools the source recorded at its start: it does not list them again
+    source_state: SessionState = await harness.client.get_workflow_handle(source).query(AgentWorkflow.state)
+    fork_state: SessionState = await handle.query(AgentWorkflow.state)
+    assert fork_state.specs == source_state.specs and len(source_state.specs) > 1
+    source_handle = harness.client.get_workflow_handle(source)
+    assert await _lists_the_worker_tools(source_handle) and not await _lists_the_worker_tools(handle)
     code, _, err = await cli(harness, "fork", source, "--at-step", "9")
     assert code == 1 and "no step 9" in err
     record(AREA, "fork a 3-step session at step 2 with another message",
            "the fork starts from the state after step 2 (no tool call runs again), takes another path, "
            "records forked_from; the original's history is unchanged", {"fork steps": result.steps})
+
+
+def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
+    """Every field of the source's state reaches the fork as it was, but those cut back to
+    the fork's step and those of a run. The tool specs, the sub-agent count and the
+    transcript resends used to be reset: a field added later carries over by itself."""
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    spec = ToolSpec(name="save_note", description="d", input_schema={"type": "object"})
+    turn = lambda step, resends: TraceTurn(  # noqa: E731
+        step=step, model="m", prompt_version="v1", started_at=t0, ended_at=t0, stop_reason="tool_use", text="",
+        tool_use_ids=[f"u{step}"], usage=Usage(input_tokens=10, output_tokens=step), cost_usd=0.5, latency_ms=1,
+        attempt=1, transcript_resends=resends,
+    )  # fmt: skip
+    uses = [Message(role="assistant", content=[ToolUseBlock(id=f"u{i}", name="save_note", input=NOTE)]) for i in (1, 2)]
+    results = [Message(role="user", content=[ToolResultBlock(tool_use_id=f"u{i}", content="saved")]) for i in (1, 2)]
+    goal = Message(role="user", content=[TextBlock(text="the goal")])
+    calls = {
+        f"u{i}": ToolCallRecord(tool_use_id=f"u{i}", step=i, name="save_note", input=NOTE, status="done", output="saved")
+        for i in (1, 2)
+    }
+    source = SessionState(
+        started_at=t0, runs=3, messages=[goal, uses[0], results[0], uses[1], results[1]], unsent=[results[1]],
+        transcript_ref="ref", specs=[spec], calls=calls, trace=[turn(1, 1), turn(2, 1)], repeats={"x": 2},
+        steps=2, usage=Usage(input_tokens=99), cost_usd=9.0, paused=True, idle=True, closing=True, queue=["next"],
+        user_turns=2, answer="a", run_started_at=t0, cancel_requested="stop", ending=Ending(status="cancelled"),
+        updated_at=t0 + timedelta(hours=1), transcript_resends=5, subagent_runs=2,
+        child_approvals={"s.sub-2": [PendingApproval(tool_use_id="c", name="n", input={})]},
+    )  # fmt: skip
+    fork = forked_state("s", source, 1, None)
+
+    # cut back to step 1
+    assert fork.messages == source.messages[:3] and fork.unsent == fork.messages and fork.transcript_ref is None
+    assert list(fork.calls) == ["u1"] and fork.trace == source.trace[:1] and fork.steps == 1
+    assert fork.usage == Usage(input_tokens=10, output_tokens=1) and fork.cost_usd == 0.5
+    assert fork.transcript_resends == 1 and fork.repeats == {calls["u1"].repeat_key(): 1}
+    assert (fork.user_turns, fork.answer) == (1, None)
+    # a new session's first run
+    assert (fork.runs, fork.paused, fork.idle, fork.closing, fork.queue) == (0, False, False, False, [])
+    assert (fork.run_started_at, fork.cancel_requested, fork.ending, fork.updated_at) == (None, None, None, None)
+    assert fork.stream_state is None and fork.child_approvals == {}
+    # everything else as it was
+    assert fork.specs == [spec] and fork.subagent_runs == 2 and fork.started_at == t0
+    changed = {"messages", "unsent", "transcript_ref", "calls", "trace", "steps", "usage", "cost_usd",
+               "transcript_resends", "repeats", "user_turns", "answer", "runs", "paused", "idle", "closing", "queue",
+               "run_started_at", "cancel_requested", "ending", "updated_at", "stream_state", "child_approvals"}  # fmt: skip
+    for field in SessionState.model_fields.keys() - changed:
+        assert getattr(fork, field) == getattr(source, field), field
+    # and shares nothing with the source
+    fork.specs[0].description = "changed"
+    assert source.specs[0].description == "d"
+
+
+async def _lists_the_worker_tools(handle: WorkflowHandle) -> bool:
+    """Whether the session's first run listed the worker's tools (a local activity's marker)."""
+    markers = [e async for e in handle.fetch_history_events() if e.HasField("marker_recorded_event_attributes")]
+    return any(b"describe_tools" in marker.SerializeToString() for marker in markers)
 
 
 async def test_a_schedule_starts_sessions_and_is_deleted(harness: Harness):
