@@ -14,13 +14,13 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import uvicorn
+from infra import extras
+from infra.errors import AgentError, ConfigError
 
-from infra.connection import connect
-from infra.errors import AgentError
-from service.app import create_app
-from service.auth import Users, load_users, local_user
+if TYPE_CHECKING:
+    from service.auth import Users
 
 LOCAL = "127.0.0.1"
 
@@ -35,9 +35,13 @@ def main() -> int:
                         "AGENT_API_USERS always 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
     args = parser.parse_args()
+    # The web framework and Temporal's SDK load after the arguments: --help answers at once.
+    from service.auth import load_users, local_user
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     users_file = os.environ.get("AGENT_API_USERS")
     try:
+        extras.check_settings()
         users = load_users(Path(users_file)) if users_file else None
     except AgentError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -51,14 +55,20 @@ def main() -> int:
         print(f"open http://{LOCAL}:{args.port}/?token={token}", flush=True)
     try:
         asyncio.run(serve(users, host, args.port))
-    except AgentError as err:  # Temporal unreachable at startup
+    except (AgentError, ConfigError) as err:  # Temporal unreachable, a setting that cannot work
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0
 
 
 async def serve(users: Users, host: str, port: int) -> None:
-    # Connect first, so an unreachable Temporal is one line and exit code 1.
+    import uvicorn
+
+    from infra.connection import connect
+    from service.app import create_app
+
+    # Connect first, so an unreachable Temporal (or a setting whose extra is missing) is
+    # one line and exit code 1.
     client = await connect()
     config = uvicorn.Config(create_app(users, client), host=host, port=port, log_level="info")
     await uvicorn.Server(config).serve()

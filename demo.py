@@ -18,7 +18,6 @@ from pathlib import Path
 
 from devservers import processes, temporal_server
 from infra.datadir import data_dir
-from infra.connection import address
 
 GOAL = "Find out what time it is, note it down, and email the team a one-line summary."
 
@@ -29,6 +28,8 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the dev server running at the end")
     parser.add_argument("--ui-port", type=int, default=8233, help="Web UI port of a dev server it starts")
     args = parser.parse_args()
+    from infra.connection import address  # Temporal's SDK: after the arguments, so --help answers at once
+
     here = Path(__file__).resolve().parent
     data = data_dir()
     env = dict(os.environ, AGENT_DATA_DIR=str(data))

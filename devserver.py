@@ -19,10 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra.errors import ConfigError
-from infra.keyring import keyring_from_env
 from devservers import processes, seaweed, temporal_server
-from infra import codec_server
+from infra import codec_server, extras
+from infra.errors import ConfigError
 
 
 def _interrupt(signum, frame) -> None:
@@ -42,9 +41,13 @@ def main() -> None:
     args = parser.parse_args()
     data = Path(os.environ.get("AGENT_DATA_DIR", ".agent-data")).resolve()
     data.mkdir(parents=True, exist_ok=True)
+    from infra.keyring import keyring_from_env
+
     try:
         encrypted = keyring_from_env() is not None
-    except ConfigError as err:
+        if encrypted:
+            extras.require("codec", "the codec endpoint for AGENT_PAYLOAD_KEYS")
+    except (ConfigError, extras.MissingExtra) as err:
         sys.exit(f"error: {err}")
     # SIGTERM ends the helpers too, as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)

@@ -21,6 +21,11 @@ SIGTERM drains: polling stops, running model calls and tools get `--drain-second
 finish, then the process exits. `--max-cached-workflows`, `--max-concurrent-activities`,
 `--max-concurrent-workflow-tasks`, `--workflow-pollers` and `--activity-pollers` size the
 worker for many sessions at once (docs/operations/sizing.md).
+
+Temporal's SDK, the workflow and the activities are imported where they are used, so
+`--help` and a bad flag answer at once. A setting whose extra is not installed
+(`AGENT_STORE_URL=s3://...` without `s3`, an `OTEL_*` exporter or `--metrics-port`
+without `otel`) stops the worker at start with one line naming the extra.
 """
 
 from __future__ import annotations
@@ -33,21 +38,20 @@ import os
 import signal
 import sys
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-from temporalio.client import Client
-from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerDeploymentConfig
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
-
-from infra.definitions import DefinitionError, Definitions, definitions_path, load_definitions
-from activities.mcp import McpActivities
-from activities.model import ModelActivities
-from activities.tools import Tool, ToolActivities
-from infra import otel
+from infra import extras, otel
 from infra.arguments import positive_float, positive_int
-from infra.connection import ConfigError, Unreachable, connect, task_queue
-from infra.errors import BadConfiguration
-from workflows.agent import AgentWorkflow
+from infra.errors import BadConfiguration, ConfigError, Unreachable
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+    from temporalio.worker import Worker, WorkerDeploymentConfig
+
+    from activities.mcp import McpActivities
+    from activities.model import ModelActivities
+    from activities.tools import Tool
+    from infra.definitions import Definitions
 
 DEFAULT_TOOLS = "examples.example_tools:TOOLS"
 DEFAULT_DRAIN_SECONDS = 30.0
@@ -114,6 +118,9 @@ def capacity_options(args: argparse.Namespace) -> dict:
 
 def deployment_config(deployment: str | None, build_id: str | None) -> WorkerDeploymentConfig | None:
     """This worker as a version of a Worker Deployment; sessions move to the current version."""
+    from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+    from temporalio.worker import WorkerDeploymentConfig
+
     if not deployment and not build_id:
         return None
     if not (deployment and build_id):
@@ -135,14 +142,25 @@ def build_worker(
     *,
     mcp: McpActivities | None = None,
     sandboxed: bool | None = None,
-    workflow: type = AgentWorkflow,
+    workflow: type | None = None,
     **options,
 ) -> Worker:
-    """The worker with the session workflow, the model activity and the tool activities.
+    """The worker with the session workflow (default `AgentWorkflow`), the model activity
+    and the tool activities.
 
     `sandboxed` (default: on if `AGENT_WORKFLOW_SANDBOX=1` is set, else off) runs the
     workflow inside Temporal's sandbox; see the module's docstring.
     """
+    from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+    from activities.mcp import McpActivities
+    from activities.model import ModelActivities
+    from activities.tools import ToolActivities
+    from infra.connection import task_queue
+    from infra.definitions import load_definitions
+    from workflows.agent import AgentWorkflow
+
     if sandboxed is None:
         sandboxed = os.environ.get("AGENT_WORKFLOW_SANDBOX", "") not in ("", "0")
     if not sandboxed:
@@ -155,7 +173,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=queue or task_queue(),
-        workflows=[workflow],
+        workflows=[workflow or AgentWorkflow],
         activities=[
             (model or ModelActivities()).call_model,
             *ToolActivities(tools).activities(),
@@ -170,6 +188,8 @@ def build_worker(
 
 def check_definitions(definitions: Definitions, tools: list[Tool]) -> None:
     """Every Python tool an agent names must be one this worker runs."""
+    from infra.definitions import DefinitionError, definitions_path
+
     known = {t.name for t in tools}
     for name, agent in definitions.agents.items():
         missing = sorted(set(agent.tools or []) - known)
@@ -203,9 +223,17 @@ def parse_args() -> argparse.Namespace:
 async def main() -> None:
     args = parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from activities.mcp import McpActivities
+    from activities.providers import import_sdks
+    from infra.connection import connect, task_queue
+    from infra.definitions import DefinitionError, load_definitions
+
     tools = load_tools(args.tools)
-    workflow = load_workflow(args.workflow) if args.workflow else AgentWorkflow
+    workflow = load_workflow(args.workflow) if args.workflow else None
     try:
+        extras.check_settings()
+        if args.metrics_port is not None:
+            extras.require("otel", "--metrics-port")
         definitions = load_definitions()
         check_definitions(definitions, tools)
         versioning = deployment_config(args.deployment, args.build_id)
@@ -220,6 +248,7 @@ async def main() -> None:
     except (Unreachable, DefinitionError, ConfigError, BadConfiguration) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
+    import_sdks()
     if not os.environ.get("ANTHROPIC_API_KEY"):
         logging.warning("ANTHROPIC_API_KEY is not set: model calls will fail until it is")
     where = f", deployment {args.deployment} build {args.build_id}" if versioning else ""

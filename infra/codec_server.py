@@ -5,7 +5,8 @@
 JSON form. The keys stay in this process; a browser sends it ciphertext and gets
 plaintext back, so who may call it matters: bound to a loopback address it serves the
 UI's origin without a token, on any other address it requires `Authorization: Bearer
-<token>` (the UI's "pass access token" setting) and refuses to start without one.
+<token>` (the UI's "pass access token" setting) and refuses to start without one. It
+needs the `codec` extra (Starlette and uvicorn), imported only when it runs.
 """
 
 from __future__ import annotations
@@ -18,19 +19,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from google.protobuf import json_format
-from starlette.applications import Starlette
-from starlette.middleware import Middleware
-from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-from temporalio.api.common.v1 import Payloads
-
+from infra import extras
 from infra.errors import ConfigError
-from infra.keyring import Keyring, UnknownKey, keyring_from_env
-from infra.codec import EncryptionCodec
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from infra.keyring import Keyring
 
 TOKEN_ENV = "AGENT_CODEC_TOKEN"
 UI_ORIGINS = ["http://localhost:8233", "http://127.0.0.1:8233"]
@@ -47,6 +44,18 @@ def is_loopback(host: str) -> bool:
 
 def build_app(keyring: Keyring, *, origins: list[str], token: str | None) -> Starlette:
     """The codec endpoint's app: encode, decode, CORS for the UI's origins, and the token check."""
+    from google.protobuf import json_format
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.cors import CORSMiddleware
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+    from temporalio.api.common.v1 import Payloads
+
+    from infra.codec import EncryptionCodec
+    from infra.keyring import UnknownKey
+
     codec = EncryptionCodec(keyring)
 
     def authorised(request: Request) -> bool:
@@ -90,6 +99,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def configured_app(args: argparse.Namespace) -> Starlette:
     """The app for these arguments and the environment; a ConfigError says what is missing."""
+    from infra.keyring import keyring_from_env
+
     keyring = keyring_from_env()
     if keyring is None:
         raise ConfigError("AGENT_PAYLOAD_KEYS is not set: the codec endpoint has no key to decode with")
@@ -111,14 +122,15 @@ def spawn(port: int, log_file: Path, ui_port: int = 8233) -> subprocess.Popen:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import uvicorn
-
     args = parse_args(argv)
     try:
+        extras.require("codec", "the codec endpoint")
         app = configured_app(args)
-    except ConfigError as err:
+    except (ConfigError, extras.MissingExtra) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
+    import uvicorn
+
     print(json.dumps({"codec_endpoint": f"http://{args.host}:{args.port}"}), flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 

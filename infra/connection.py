@@ -23,13 +23,13 @@ from temporalio.converter import (
 )
 from temporalio.envconfig import ClientConfigProfile
 
-from infra.errors import ConfigError  # noqa: F401  (raised by data_converter; the edges catch it)
-from infra.datadir import data_dir
-from infra.keyring import Keyring, keyring_from_env
 from infra.codec import EncryptionCodec
+from infra.datadir import data_dir
 from infra.errors import Unreachable
-from infra.payload_store import LocalFileDriver, s3_driver
+from infra.extras import check_settings
+from infra.keyring import Keyring, keyring_from_env
 from infra.otel import client_interceptors
+from infra.payload_store import LocalFileDriver, s3_driver
 
 LARGE_PAYLOAD_BYTES = 256 * 1024
 STARTING_SERVER_WAIT = 30.0
@@ -116,10 +116,11 @@ async def connect(**overrides) -> Client:
 
     A server that is still starting ("Frontend is not healthy yet") is waited for, up to
     `STARTING_SERVER_WAIT`; any other failure is `Unreachable` at once. A malformed
-    setting (`AGENT_PAYLOAD_KEYS`, `AGENT_STORE_URL`) raises ConfigError. With tracing on
-    (infra/otel.py) the client carries the tracing interceptor, and so does every
-    worker built from it.
+    setting (`AGENT_PAYLOAD_KEYS`, `AGENT_STORE_URL`) raises ConfigError, one whose extra is
+    not installed `MissingExtra` (infra/extras.py). With tracing on (infra/otel.py) the
+    client carries the tracing interceptor, and so does every worker built from it.
     """
+    check_settings()
     config = {"data_converter": None, **connect_config(), **overrides}
     config.setdefault("interceptors", client_interceptors())
     converter = config.pop("data_converter") or data_converter()

@@ -56,6 +56,18 @@ def otlp_metrics_wanted() -> bool:
     return name == "otlp" or (name == "" and _endpoint_set("METRICS"))
 
 
+def enabled_by() -> str | None:
+    """The setting that turns tracing or OTLP metrics on, as `NAME=value`; None when both are off."""
+    candidates = []
+    if traces_exporter() is not None:
+        candidates += ["OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+    if otlp_metrics_wanted():
+        candidates += ["OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"]
+    if candidates:
+        candidates.append("OTEL_EXPORTER_OTLP_ENDPOINT")
+    return next((f"{name}={_env(name)}" for name in candidates if _env(name)), None)
+
+
 def _protocol(signal: str) -> str:
     specific = _env(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL")
     return specific or _env("OTEL_EXPORTER_OTLP_PROTOCOL") or DEFAULT_PROTOCOL
