@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Generator
 from contextlib import contextmanager, nullcontext
 from typing import Any, TypeVar
 
@@ -161,7 +161,7 @@ def _set_tool_result(span: Any, outcome: ToolOutcome) -> None:
 
 
 @contextmanager
-def _attempt_span(name: str, attributes: dict[str, Any]) -> Iterator[Any | None]:
+def _attempt_span(name: str, attributes: dict[str, Any]) -> Generator[Any | None, None, None]:
     """A CLIENT span for this attempt with the session's baggage; None when tracing is off."""
     found = tracer()
     if found is None:

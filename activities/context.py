@@ -68,7 +68,10 @@ def fit(
     )  # fmt: skip
     # Quantise the cut on the (append-only, so stable) running size of the transcript.
     quantum = max(1, budget // 2)
-    before = lambda s: tail_sizes[0] - tail_sizes[s]  # noqa: E731
+
+    def before(s: int) -> int:
+        return tail_sizes[0] - tail_sizes[s]
+
     target = math.ceil(before(fitting) / quantum) * quantum
     chosen = next((s for s in starts if s >= fitting and before(s) >= target), fitting)
     first = _with_note(messages[0], omission_note(chosen - 1, summary))

@@ -122,7 +122,7 @@ def tool(
 
 
 def describe_validation_error(tool_name: str, err: ValidationError) -> str:
-    problems = []
+    problems: list[str] = []
     for issue in err.errors():
         where = ".".join(str(p) for p in issue["loc"]) or "input"
         problems.append(f"{where}: {issue['msg']}")

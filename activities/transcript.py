@@ -18,7 +18,7 @@ import json
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from infra.datadir import data_dir
 from infra.keyring import Keyring, keyring_from_env
@@ -115,10 +115,11 @@ class TranscriptStore:
 
     async def resolve(self, message: dict[str, Any]) -> dict[str, Any]:
         """A message with every `content_ref` replaced by the stored content."""
-        blocks = message.get("content")
-        if not isinstance(blocks, list) or not any("content_ref" in b for b in blocks):
+        content = message.get("content")
+        blocks = cast("list[Any]", content) if isinstance(content, list) else []
+        if not any("content_ref" in b for b in blocks):
             return message
-        resolved = []
+        resolved: list[Any] = []
         for block in blocks:
             if "content_ref" in block:
                 ref = block["content_ref"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import typing
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, cast
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
@@ -46,7 +46,7 @@ class OtherBlock(BaseModel):
 
 
 def _block_kind(value: Any) -> str:
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    kind = cast("dict[str, Any]", value).get("type") if isinstance(value, dict) else getattr(value, "type", None)
     return kind if kind in ("text", "tool_use", "tool_result") else "other"
 
 

@@ -13,13 +13,16 @@ and returns the update's result.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    import jsonschema
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
+    from jsonschema.exceptions import best_match  # pyright: ignore[reportUnknownVariableType]: its stub leaves the return untyped
+    from jsonschema.protocols import Validator
 
     from workflows.events import DecisionRecorded
     from workflows.session import Session
@@ -82,7 +85,8 @@ def _check_edited_input(session: Session, call: ToolCallRecord, edited: dict[str
     """An edited input must pass the tool's JSON Schema, as recorded when the run started."""
     spec = session.state.spec(call.name)
     schema = spec.input_schema if spec is not None else {"type": "object"}
-    problem = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(edited))
+    validator = cast("Validator", Draft202012Validator(schema))  # its stub is partly untyped
+    problem = cast("ValidationError | None", best_match(validator.iter_errors(edited)))
     if problem is not None:
         where = ".".join(str(p) for p in problem.absolute_path) or "input"
         raise ApplicationError(

@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.tool_calls import ToolRunner, describe_tools, list_mcp_tools, wait_while_paused
     from workflows.view import SessionView
 
-    from activities.wire import Message, TextBlock
+    from activities.wire import ContentBlock, Message, TextBlock
 
 
 # Input that does not validate (a start from the CLI or UI with bad JSON) fails the
@@ -302,7 +302,7 @@ class AgentWorkflow:
     def _take_message(self, text: str) -> None:
         """Start the next run with a user message; calls left unanswered get 'not run' results."""
         session, state = self.session, self.session.state
-        content = [*state.close_unanswered(), TextBlock(text=text)]
+        content: list[ContentBlock] = [*state.close_unanswered(), TextBlock(text=text)]
         state.append(Message(role="user", content=content), sent=False)
         state.user_turns += 1
         state.idle = False

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import fnmatch
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from activities.wire import Message, Usage
 from infra.model_names import DEFAULT_MODEL
-from workflows.records import CallStatus, PendingApproval, RunStatus, ToolCallRecord, TraceTurn  # noqa: F401  (wire types, re-exported)
+# Wire types, re-exported.
+from workflows.records import CallStatus as CallStatus
+from workflows.records import PendingApproval, RunStatus, ToolCallRecord, TraceTurn
 from workflows.state import SessionState
 
 FINAL_STATUSES = ("completed", "stopped", "failed", "cancelled")
@@ -74,7 +76,10 @@ class AgentSpec(BaseModel):
         """The rule for `tool`: an exact key first, then the first glob that matches."""
         if tool in self.approval:
             return self.approval[tool]
-        return next((rule for key, rule in self.approval.items() if fnmatch.fnmatchcase(tool, key)), "tool")
+        for key, rule in self.approval.items():
+            if fnmatch.fnmatchcase(tool, key):
+                return rule
+        return "tool"
 
 
 class SubAgent(BaseModel):
@@ -133,12 +138,16 @@ class SessionInput(BaseModel):
     @classmethod
     def _state_was_carried(cls, value: Any) -> Any:
         # Runs recorded before `SessionState` handed their state over as `carried`.
-        if isinstance(value, dict) and "carried" in value:
-            value = dict(value)
-            carried = value.pop("carried")
-            if value.get("state") is None:
-                value["state"] = carried
-        return value
+        if not isinstance(value, dict):
+            return value
+        fields = cast("dict[str, Any]", value)
+        if "carried" not in fields:
+            return fields
+        fields = dict(fields)
+        carried = fields.pop("carried")
+        if fields.get("state") is None:
+            fields["state"] = carried
+        return fields
 
     @field_validator("goal")
     @classmethod

@@ -10,7 +10,7 @@ session run by a newer worker.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, cast
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -21,19 +21,21 @@ DELTA_TOPIC = "delta"
 TOPICS = [EVENT_TOPIC, DELTA_TOPIC]
 
 
-class _Event(BaseModel):
+class WorkflowEvent(BaseModel):
+    """What every event the workflow publishes has (`TextDelta` comes from the model activity)."""
+
     model_config = ConfigDict(extra="ignore")
     at: datetime | None = None
 
 
-class StatusChanged(_Event):
+class StatusChanged(WorkflowEvent):
     """The run status changed (running, paused, waiting_approval, waiting_input, ...)."""
 
     type: Literal["status"] = "status"
     status: str
 
 
-class TurnRecorded(_Event):
+class TurnRecorded(WorkflowEvent):
     """A model response was recorded: its text, why it stopped, the running totals."""
 
     type: Literal["turn"] = "turn"
@@ -45,7 +47,7 @@ class TurnRecorded(_Event):
     attempt: int = 1
 
 
-class _CallEvent(_Event):
+class _CallEvent(WorkflowEvent):
     tool_use_id: str
     name: str
     input: dict[str, Any] = Field(default_factory=dict)
@@ -55,7 +57,7 @@ class ToolCallStarted(_CallEvent):
     type: Literal["tool_call"] = "tool_call"
 
 
-class ToolCallEnded(_Event):
+class ToolCallEnded(WorkflowEvent):
     type: Literal["tool_result"] = "tool_result"
     tool_use_id: str
     name: str
@@ -68,7 +70,7 @@ class ApprovalRequested(_CallEvent):
     type: Literal["approval"] = "approval"
 
 
-class DecisionRecorded(_Event):
+class DecisionRecorded(WorkflowEvent):
     type: Literal["decision"] = "decision"
     tool_use_id: str
     name: str
@@ -79,7 +81,7 @@ class DecisionRecorded(_Event):
     decided_by: str | None = None
 
 
-class Answered(_Event):
+class Answered(WorkflowEvent):
     """A chat session answered and waits for the next message."""
 
     type: Literal["answered"] = "answered"
@@ -88,19 +90,19 @@ class Answered(_Event):
     answer: str | None = None
 
 
-class UserMessageTaken(_Event):
+class UserMessageTaken(WorkflowEvent):
     type: Literal["user_message"] = "user_message"
     turn: int
     text: str
 
 
-class ContinuedAsNew(_Event):
+class ContinuedAsNew(WorkflowEvent):
     type: Literal["continued"] = "continued"
     run: int
     steps: int
 
 
-class SessionEnded(_Event):
+class SessionEnded(WorkflowEvent):
     type: Literal["end"] = "end"
     status: str
     stop_reason: str | None = None
@@ -130,5 +132,5 @@ EVENTS: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)
 def read_event(topic: str, data: Any) -> SessionEvent:
     """One stream item as its typed event (deltas of older workers carry no `type`)."""
     if topic == DELTA_TOPIC and isinstance(data, dict) and "type" not in data:
-        data = {**data, "type": "delta"}
+        data = {**cast("dict[str, Any]", data), "type": "delta"}
     return EVENTS.validate_python(data)

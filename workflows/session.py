@@ -43,6 +43,10 @@ class Session:
 class Finished(Exception):
     """Raised inside the loop to end the run with a status."""
 
+    status: RunStatus
+    stop_reason: str | None
+    error: str | None
+
     def __init__(self, status: RunStatus, stop_reason: str | None = None, error: str | None = None):
         super().__init__(status)
         self.status, self.stop_reason, self.error = status, stop_reason, error
@@ -86,7 +90,8 @@ def describe_failure(err: BaseException, what: str) -> str:
         return f"{what} failed: {type(err).__name__}: {err}"
     cause = err.cause
     if isinstance(cause, TimeoutError):
-        return f"{what} timed out ({cause.type.name.lower().replace('_', '-')})"
+        kind = cause.type.name.lower().replace("_", "-") if cause.type is not None else "unknown"
+        return f"{what} timed out ({kind})"
     text = cause.message if isinstance(cause, ApplicationError) else f"{what} failed: {cause or err}"
     if err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
         text += " (retries exhausted)"

@@ -12,7 +12,7 @@ command: the workflow's history is the same with tracing on or off.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from asyncio import CancelledError
 from contextlib import contextmanager
 from typing import Any
@@ -34,7 +34,7 @@ def _agent(session: Session) -> str:
 
 
 @contextmanager
-def _attached(ctx: Any) -> Iterator[None]:
+def _attached(ctx: Any) -> Generator[None, None, None]:
     """Make an OpenTelemetry context current for the block.
 
     A run dropped from the worker's cache can be closed later by the garbage collector,
@@ -52,7 +52,7 @@ def _attached(ctx: Any) -> Iterator[None]:
 
 
 @contextmanager
-def _span(name: str, attributes: dict[str, Any]) -> Iterator[Any | None]:
+def _span(name: str, attributes: dict[str, Any]) -> Generator[Any | None, None, None]:
     """A span that is current for the block; None (and nothing imported) when tracing is off."""
     found = tracer()
     if found is None:
@@ -83,7 +83,7 @@ def _span(name: str, attributes: dict[str, Any]) -> Iterator[Any | None]:
 
 
 @contextmanager
-def session_span(session: Session) -> Iterator[None]:
+def session_span(session: Session) -> Generator[None, None, None]:
     """The run's span, `invoke_agent {agent}`; its agent and user go to activities as baggage."""
     if tracer() is None:
         yield
@@ -109,7 +109,8 @@ def session_span(session: Session) -> Iterator[None]:
         try:
             yield
         finally:
-            span.set_attributes(_ending_attributes(session))
+            if span is not None:  # tracing is on, so there is one
+                span.set_attributes(_ending_attributes(session))
 
 
 def _ending_attributes(session: Session) -> dict[str, Any]:
@@ -124,7 +125,7 @@ def _ending_attributes(session: Session) -> dict[str, Any]:
 
 
 @contextmanager
-def tool_call_span(call: ToolCallRecord) -> Iterator[None]:
+def tool_call_span(call: ToolCallRecord) -> Generator[None, None, None]:
     """`execute_tool {name}`: the call from start to result, over its approval and attempts."""
     attributes = {
         "gen_ai.operation.name": "execute_tool",
@@ -152,7 +153,7 @@ def _set_call_status(span: Any, call: ToolCallRecord) -> None:
 
 
 @contextmanager
-def approval_span(session: Session, call: ToolCallRecord) -> Iterator[None]:
+def approval_span(session: Session, call: ToolCallRecord) -> Generator[None, None, None]:
     """`approval {name}`: the wait for a person, with who decided and how; and its time."""
     started = workflow.now()
     attributes = {

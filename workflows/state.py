@@ -9,7 +9,7 @@ unanswered); nothing in this module does I/O or issues a Temporal command.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
@@ -62,9 +62,9 @@ class SessionState(BaseModel):
     @classmethod
     def _calls_by_id(cls, value: Any) -> Any:
         # Runs before this object existed carried the calls as a list.
-        if isinstance(value, list):
-            return {c["tool_use_id"] if isinstance(c, dict) else c.tool_use_id: c for c in value}
-        return value
+        if not isinstance(value, list):
+            return value
+        return {_call_id(c): c for c in cast("list[Any]", value)}
 
     @classmethod
     def new(cls, goal: str, now: datetime, priced: bool) -> SessionState:
@@ -128,7 +128,7 @@ class SessionState(BaseModel):
 
     def close_unanswered(self) -> list[ToolResultBlock]:
         """Results for the last response's calls that will not run (a new message came first)."""
-        results = []
+        results: list[ToolResultBlock] = []
         for use in self.unanswered_uses():
             call = self.calls[use.id]
             reason = call.output or "not run: the run ended before it"
@@ -136,3 +136,8 @@ class SessionState(BaseModel):
                 call.status, call.is_error, call.output = "not_run", True, reason
             results.append(ToolResultBlock(tool_use_id=use.id, content=reason, is_error=True))
         return results
+
+
+def _call_id(call: Any) -> str:
+    """The id of a recorded call, as a dict or as a `ToolCallRecord`."""
+    return cast("dict[str, Any]", call)["tool_use_id"] if isinstance(call, dict) else call.tool_use_id

@@ -10,14 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from workflows import search
-    from workflows.events import SessionEvent, StatusChanged
+    from workflows.events import StatusChanged, WorkflowEvent
     from workflows.state import SessionState
     from workflows.contract import RunStatus, SessionHistory, SessionInput, SessionStatus
+
+if TYPE_CHECKING:
+    from temporalio.common import SearchAttributeKey
+    from temporalio.contrib.workflow_streams import WorkflowTopicHandle
 
 # A change of AgentSteps and AgentTokens alone (status, approvals and user as they were)
 # is indexed once both `COUNTS_INDEXED_EVERY` and `COUNTS_INDEXED_EVERY_STEPS` have passed,
@@ -33,12 +38,16 @@ COUNTS_STALE_AT_MOST = timedelta(seconds=60)
 # the counts at most every 10 s, and the run's start values again.
 COUNTS_THROTTLED = "search-attribute-counts-throttled"
 COUNTS_BY_STEPS = "search-attribute-counts-by-steps"
-INDEXED = (search.AGENT_STATUS, search.AGENT_STEPS, search.AGENT_TOKENS,
+INDEXED: tuple[SearchAttributeKey[Any], ...] = (search.AGENT_STATUS, search.AGENT_STEPS, search.AGENT_TOKENS,
            search.AGENT_PENDING_APPROVALS, search.AGENT_USER)  # fmt: skip
+# The values of `INDEXED`, in its order: status, steps, tokens, pending approvals, user.
+Indexed = tuple[str, int, int, int, str]
 
 
 class SessionView:
-    def __init__(self, session_id: str, input: SessionInput, state: SessionState, topic) -> None:
+    def __init__(
+        self, session_id: str, input: SessionInput, state: SessionState, topic: WorkflowTopicHandle[Any]
+    ) -> None:
         self.session_id = session_id
         self.input = input
         self.state = state
@@ -46,10 +55,10 @@ class SessionView:
         # Called after every change: a sub-agent tells its parent what it waits for.
         self.on_change: Callable[[], None] | None = None
         self._published_status: RunStatus | None = None
-        self._indexed: tuple[object, ...] | None = None
+        self._indexed: Indexed | None = None
         self._indexed_at: datetime | None = None
 
-    def publish(self, event: SessionEvent) -> None:
+    def publish(self, event: WorkflowEvent) -> None:
         event.at = workflow.now()
         self._topic.publish(event)
 
@@ -70,7 +79,7 @@ class SessionView:
             return
         state = self.state
         waiting = len(state.pending_approvals(self.session_id))
-        values = (status, state.steps, state.usage.total(), waiting, self.input.user_id)
+        values: Indexed = (status, state.steps, state.usage.total(), waiting, self.input.user_id)
         if values == self._indexed:
             return
         now = workflow.now()
@@ -81,14 +90,17 @@ class SessionView:
         elif (values[0], *values[3:]) == (self._indexed[0], *self._indexed[3:]) and self._counts_wait(values, now):
             return
         self._indexed, self._indexed_at = values, now
-        workflow.upsert_search_attributes([k.value_set(v) for k, v in zip(INDEXED, values)])
+        # The SDK's signature leaves SearchAttributeUpdate's value type open.
+        workflow.upsert_search_attributes(  # pyright: ignore[reportUnknownMemberType]
+            [k.value_set(v) for k, v in zip(INDEXED, values)]
+        )
 
-    def _counts_wait(self, values: tuple[object, ...], now: datetime) -> bool:
+    def _counts_wait(self, values: Indexed, now: datetime) -> bool:
         """Whether a change of the step and token counts alone waits for a later upsert."""
         assert self._indexed is not None and self._indexed_at is not None
         since = now - self._indexed_at
         if workflow.patched(COUNTS_BY_STEPS):
-            steps = values[1] - self._indexed[1]  # type: ignore[operator]
+            steps = values[1] - self._indexed[1]
             recent = since < COUNTS_INDEXED_EVERY or steps < COUNTS_INDEXED_EVERY_STEPS
             return recent and since < COUNTS_STALE_AT_MOST
         return since < COUNTS_INDEXED_EVERY and workflow.patched(COUNTS_THROTTLED)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
@@ -21,7 +21,7 @@ from activities.wire import ToolOutcome, ToolRequest, ToolSpec
 
 if TYPE_CHECKING:
     from mcp import Client
-    from mcp.types import Tool
+    from mcp.types import RequestParamsMeta, Tool
 
 # A server whose listing never ends must not hold the activity until its timeout.
 MAX_LIST_PAGES = 100
@@ -91,7 +91,7 @@ class McpActivities:
     async def _call(self, spec: ToolSpec, request: ToolRequest) -> tuple[str, bool]:
         server, tool = split_name(spec.name)
         # The key is stable across retries and worker crashes: a server can dedupe by it.
-        meta = {
+        meta: RequestParamsMeta = {
             "idempotency_key": f"{request.session_id}:{request.tool_use_id}",
             "session_id": request.session_id,
             "user_id": request.user_id,
@@ -164,7 +164,7 @@ async def _list_all(client: Client) -> list[Tool]:
 
 
 @contextlib.asynccontextmanager
-async def _heartbeating() -> AsyncIterator[None]:
+async def _heartbeating() -> AsyncGenerator[None, None]:
     """Heartbeat while the body runs, so a worker that dies is noticed by its heartbeat timeout."""
     beat = asyncio.create_task(_heartbeat_forever())
     try:

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Self, TypeVar
 
@@ -97,7 +97,7 @@ def _transport(config: McpServer) -> AbstractAsyncContextManager[Any]:
 
 
 @contextlib.asynccontextmanager
-async def _watched(config: McpServer, on_end: Callable[[], None]) -> AsyncIterator[Any]:
+async def _watched(config: McpServer, on_end: Callable[[], None]) -> AsyncGenerator[Any, None]:
     async with _transport(config) as (read_stream, write_stream):
         yield _WatchedStream(read_stream, on_end), write_stream
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
+from jsonschema.exceptions import SchemaError, ValidationError
+from jsonschema.protocols import Validator
 
 from infra.definitions import McpServer
 from activities.wire import ToolPolicy, ToolSpec
@@ -68,13 +69,13 @@ def to_spec(server: str, tool: Tool, config: McpServer) -> ToolSpec:
 def input_error(spec: ToolSpec, value: dict[str, Any]) -> str | None:
     """What is wrong with `value` for this tool, naming the field; None when it fits."""
     try:
-        validator = Draft202012Validator(spec.input_schema)
-        problems = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+        validator = cast("Validator", Draft202012Validator(spec.input_schema))  # its stub is partly untyped
+        problems: list[ValidationError] = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
     except SchemaError as err:
         return f"the MCP server's schema for {spec.name} is not valid JSON Schema: {err.message}"
     if not problems:
         return None
-    parts = []
+    parts: list[str] = []
     for problem in problems:
         where = ".".join(str(p) for p in problem.absolute_path) or "input"
         parts.append(f"{where}: {problem.message}")

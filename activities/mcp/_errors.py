@@ -9,6 +9,8 @@ the model's to handle: it becomes an error result, not an exception.
 
 from __future__ import annotations
 
+from typing import cast
+
 from temporalio.exceptions import ApplicationError
 
 # JSON-RPC's codes and the MCP SDK's own two, spelled here so that importing this package
@@ -32,8 +34,8 @@ REQUEST_ERRORS = frozenset({INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND})
 
 def one_line(err: BaseException) -> str:
     """The innermost cause's message on one line (transport failures arrive as groups)."""
-    while isinstance(err, BaseExceptionGroup) and err.exceptions:
-        err = err.exceptions[0]
+    while isinstance(err, BaseExceptionGroup):  # never empty: the constructor refuses that
+        err = cast("BaseExceptionGroup[BaseException]", err).exceptions[0]
     text = " ".join(str(err).split()) or type(err).__name__
     return text[:300]
 

@@ -43,7 +43,7 @@ FACTORIES: dict[str, Callable[[], Provider]] = {
 def import_sdks() -> None:
     """Import every provider's module and SDK now. The worker does at start: importing an
     SDK takes seconds, which the first model call would spend blocking the event loop."""
-    from activities.providers import anthropic, openai  # noqa: F401
+    from activities.providers import anthropic, openai  # noqa: F401  # pyright: ignore[reportUnusedImport]: imported for the side effect
 
 
 # One per worker process: a provider holds a client and its connection pool.

@@ -11,7 +11,7 @@ they are, with prompt-cache breakpoints added.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx2 as httpx
@@ -57,7 +57,12 @@ class AnthropicProvider:
         if call.stream:
             final = await self._stream(params, call.headers, on_text)
         else:
-            final = await self.client().messages.create(**params, extra_headers=call.headers)
+            # No `stream` in params, so the SDK answers with a Message (its overloads
+            # cannot tell from a dict of parameters).
+            final = cast(
+                "anthropic.types.Message",
+                await self.client().messages.create(**params, extra_headers=call.headers),
+            )
         return to_turn(final)
 
     async def _stream(
@@ -143,11 +148,14 @@ def provider_message(err: anthropic.APIStatusError) -> str:
     """The message of Anthropic's error body (`{"error": {"message": ...}}`)."""
     body = err.body
     if isinstance(body, dict):
-        inner = body.get("error")
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-        if body.get("message"):
-            return str(body["message"])
+        fields = cast("dict[str, Any]", body)
+        inner = fields.get("error")
+        if isinstance(inner, dict):
+            error = cast("dict[str, Any]", inner)
+            if error.get("message"):
+                return str(error["message"])
+        if fields.get("message"):
+            return str(fields["message"])
     return err.message or err.response.reason_phrase
 
 

@@ -12,7 +12,7 @@ both ways.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx2 as httpx
 import openai
@@ -22,6 +22,9 @@ from activities.model_errors import PROMPT_TOO_LONG, IncompleteResponse, SdkErro
 from activities.model_errors import terminal
 from activities.providers.base import ModelTurn, OnText, ProviderCall
 from activities.providers.openai_format import Reply, build_params, to_turn
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletion
 
 TIMEOUT_S = 110.0
 CONTEXT_LENGTH_CODE = "context_length_exceeded"
@@ -55,7 +58,11 @@ class OpenAIProvider:
         if call.stream:
             reply = await self._stream(params, call.headers, on_text)
         else:
-            completion = await self.client().chat.completions.create(**params, extra_headers=call.headers)
+            # No `stream` in params, so the SDK answers with a ChatCompletion (its overloads
+            # cannot tell from a dict of parameters).
+            completion = cast(
+                "ChatCompletion", await self.client().chat.completions.create(**params, extra_headers=call.headers)
+            )
             reply = from_completion(completion)
         return to_turn(reply)
 
@@ -123,8 +130,10 @@ def from_completion(completion: Any) -> Reply:
 def provider_message(err: openai.APIError) -> str:
     """The message of the error body (the SDK keeps `{"error": {...}}`'s inside)."""
     body = err.body
-    if isinstance(body, dict) and body.get("message"):
-        return str(body["message"])
+    if isinstance(body, dict):
+        fields = cast("dict[str, Any]", body)
+        if fields.get("message"):
+            return str(fields["message"])
     if isinstance(body, str) and body.strip():
         return body.strip()[:500]
     response = getattr(err, "response", None)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from activities.providers.base import ModelTurn, ProviderCall
 from activities.wire import Message, StopReason, TextBlock, ToolUseBlock, Usage
@@ -136,12 +136,14 @@ def to_turn(reply: Reply) -> ModelTurn:
 
 def tool_input(arguments: str) -> dict[str, Any]:
     """The parsed arguments; anything but a JSON object is kept for the tool to reject."""
+    if not arguments.strip():
+        return {}
     try:
-        parsed = json.loads(arguments) if arguments.strip() else {}
+        parsed = json.loads(arguments)
     except ValueError:
         parsed = None
     # The tool's schema validation turns this into an is_error result the model can fix.
-    return parsed if isinstance(parsed, dict) else {RAW_ARGUMENTS: arguments}
+    return cast("dict[str, Any]", parsed) if isinstance(parsed, dict) else {RAW_ARGUMENTS: arguments}
 
 
 def stop_reason(finish_reason: str | None, has_tool_calls: bool = False) -> StopReason:
