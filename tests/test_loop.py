@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
 
-from temporalio.client import WorkflowUpdateFailedError
+import pytest
+from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError
+from temporalio.worker import (
+    ExecuteWorkflowInput,
+    Interceptor,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
 
+from devservers.fakemodel import FakeModelServer
 from infra.datadir import read_effects
-from tests.conftest import Harness, answer, tool_use
-from workflows.contract import Decision, SessionHistory
+from tests.conftest import Harness, answer, model_activities, tool_use
+from tests.support.tools import TOOLS
+from worker import build_worker
+from workflows.contract import CancelRequest, Decision, SessionHistory, SessionStatus
 
 
 async def test_tool_then_answer(harness: Harness):
@@ -262,15 +278,52 @@ async def test_temporal_cancel_has_the_same_effect(harness: Harness):
     assert result.status == "cancelled"
 
 
-async def test_controls_after_the_end_are_rejected(harness: Harness):
-    handle = await harness.start([answer("done")])
-    await handle.result()
-    for name in ("pause_session", "resume_session"):
-        try:
-            await handle.execute_update(name, result_type=str)
-            raise AssertionError(f"{name} accepted after the end")
-        except Exception as err:  # the workflow is closed: the server refuses the update
-            assert "completed" in str(err).lower() or "not found" in str(err).lower() or err
+class HoldOpen(Interceptor):
+    """Keeps a workflow open after its run has returned, until the `test-release` signal.
+
+    Once the workflow has closed, the server refuses every update before the workflow sees
+    it; held open, a control after the end reaches the session's own rule."""
+
+    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
+        return _HoldOpenInbound
+
+
+class _HoldOpenInbound(WorkflowInboundInterceptor):
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        released = asyncio.Event()
+        workflow.set_signal_handler("test-release", released.set)
+        result = await super().execute_workflow(input)
+        await released.wait()
+        return result
+
+
+async def test_controls_after_the_end_are_rejected(client: Client, fake_model: FakeModelServer, data_dir: Path):
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    model = model_activities(fake_model, data_dir)
+    async with build_worker(client, TOOLS, queue=queue, model=model, interceptors=[HoldOpen()]):
+        handle = await Harness(client, fake_model, queue).start([answer("done")])
+        ended = await wait_for_status(handle, "completed")  # the session has ended; its workflow is open
+        controls = [("pause_session", "pause", ()), ("resume_session", "resume", ()),
+                    ("cancel_session", "cancel", (CancelRequest(reason="too late"),))]  # fmt: skip
+        for update, verb, args in controls:
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await handle.execute_update(update, *args, result_type=str)
+            assert refused.value.cause.message == f"session {handle.id} is completed; cannot {verb}"
+        for signal, _, args in controls:
+            await handle.signal(signal.removesuffix("_session"), *args)  # the signal path: ignored
+        after = await handle.query("status", result_type=SessionStatus)
+        assert after.status == "completed" and after.model_dump(exclude={"updated_at"}) == ended.model_dump(
+            exclude={"updated_at"}
+        )
+        accepted = [e async for e in handle.fetch_history_events()
+                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED]  # fmt: skip
+        assert accepted == []
+        await handle.signal("test-release")
+        result = await asyncio.wait_for(handle.result(), 30)
+        assert result.status == "completed" and result.answer == "done"
+        # Closed: the server refuses the update without asking the workflow.
+        with pytest.raises(RPCError, match="(?i)completed"):
+            await handle.execute_update("pause_session", result_type=str)
 
 
 async def wait_for_status(handle, status: str, timeout: float = 20):

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
 
 from infra.datadir import read_effects
@@ -16,6 +18,7 @@ from tests.conftest import Harness, answer, tool_use
 from tests.support.reliability import record
 from tests.test_loop import wait_for_status
 from workflows.contract import FINAL_STATUSES, Decision, SessionHistory, SessionStatus
+from workflows.events import EVENT_TOPIC, StatusChanged, read_event
 
 AREA = "Cancel, pause and approval races"
 EMAIL = {"to": "a@example.com", "subject": "hi", "body": "x"}
@@ -124,27 +127,67 @@ async def test_decisions_after_cancel_are_rejected(harness: Harness):
            "rejected (the session has ended); the call stays `not_run`; nothing ran", {})
 
 
+async def status_events(client, handle) -> list[str]:
+    """The session's status changes, in order, from its event stream (read after its end:
+    the stream is read whole, then the iteration ends)."""
+    found = []
+    stream = WorkflowStreamClient.create(client, handle.id)
+    async for item in stream.subscribe([EVENT_TOPIC], poll_cooldown=timedelta(milliseconds=50)):
+        event = read_event(item.topic, item.data)
+        if isinstance(event, StatusChanged):
+            found.append(event.status)
+    return found
+
+
 async def test_fifty_pause_resume_signal_pairs_at_once(harness: Harness):
-    handle = await harness.start(
-        [tool_use("slow_upsert", {"key": "k", "seconds": 2}, id="u1"), {**answer("done"), "delay": 0.5}]
-    )
-    await asyncio.sleep(0.3)
+    # The storm arrives while the email waits for approval, so the session is at the same
+    # point whatever the machine's speed, and no signal comes after its end.
+    handle = await harness.start([tool_use("send_email", EMAIL, id="e1"), answer("sent")])
+    await wait_for_status(handle, "waiting_approval")
     started = time.monotonic()
     await asyncio.gather(*(handle.signal(name) for _ in range(50) for name in ("pause", "resume")))
     sent_in = time.monotonic() - started
+    order = [e.workflow_execution_signaled_event_attributes.signal_name async for e in handle.fetch_history_events()
+             if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]  # fmt: skip
+    assert sorted(order) == ["pause"] * 50 + ["resume"] * 50  # all 100 recorded
+    # The rule, applied to the signals in the order the server recorded them: a pause takes
+    # effect on a session that is not paused, a resume on one that is; the others change nothing.
+    paused, changes = False, []
+    for name in order:
+        if (name == "pause") != paused:
+            paused = not paused
+            changes.append("paused" if paused else "waiting_approval")
+    made = len(changes)
+    assert made  # at least the first pause in the order
     snapshot = await handle.query("status", result_type=SessionStatus)
-    assert snapshot.status in ("paused", "running", "completed")
-    if snapshot.status == "paused":
-        await handle.execute_update("resume_session", result_type=str)
+    assert snapshot.status == ("paused" if paused else "waiting_approval")
+    # Whatever the storm left, one more pause holds the session. Approved while paused, the
+    # email waits (the workflow task that took the decision started nothing) until resume.
+    await handle.signal("pause")
+    if not paused:
+        changes.append("paused")
+    assert (await handle.query("status", result_type=SessionStatus)).status == "paused"
+    await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
+    scheduled = [e async for e in handle.fetch_history_events()
+                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]  # fmt: skip
+    assert len(scheduled) == 1 and effects(handle.id) == []  # the first model call only
+    await handle.execute_update("resume_session", result_type=str)
     result = await asyncio.wait_for(handle.result(), 30)
     assert result.status == "completed" and result.steps == 2
     assert len(harness.requests(handle.id)) == 2 and len(effects(handle.id)) == 1
-    signals = [e async for e in handle.fetch_history_events()
-               if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
-    assert len([s for s in signals if s.workflow_execution_signaled_event_attributes.signal_name in ("pause", "resume")]) == 100
+    # Every change the signals made, in order, and nothing else: the status events between
+    # the wait for approval and the resume are exactly the rule's changes.
+    statuses = await asyncio.wait_for(status_events(harness.client, handle), 30)
+    first_wait = statuses.index("waiting_approval")
+    during = statuses[first_wait + 1 : first_wait + 1 + len(changes)]
+    assert during == changes, (statuses, changes)
+    after = statuses[first_wait + 1 + len(changes) :]
+    assert after == ["running", "completed"], statuses  # resumed (the email approved), then done
     record(AREA, "50 pause/resume signal pairs at once",
-           "all 100 recorded; the state is paused or running, never both; the session completes, each step once",
-           {"100 signals sent in": f"{sent_in:.2f} s"})
+           "all 100 recorded; each status change is the one the rule gives for the signals in the server's order "
+           "(a pause on a session not paused, a resume on a paused one); approved while paused, the tool waits for resume; "
+           "the session completes, each step once",
+           {"100 signals sent in": f"{sent_in:.2f} s", "status changes they made": made})
 
 
 async def test_fifty_pause_resume_update_pairs_at_once_stay_consistent(harness: Harness):
