@@ -22,6 +22,7 @@ from activities.transcript import TranscriptStore
 from infra.connection import connect
 from devservers.fakemodel import FakeModelServer
 from tests.support.procs import ProcessHarness, Workers
+from tests.support.needs import chromium_installed, tmux_installed  # noqa: F401  (fixtures)
 from tests.support.tools import TOOLS
 from worker import build_worker
 from workflows.agent import AgentWorkflow
@@ -164,7 +165,19 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Merge the rows of the tests that ran into docs/generated/reliability.json; regenerate the page."""
+    """Merge the rows of the tests that ran into docs/generated/reliability.json; regenerate
+    the page. An xdist worker hands its rows to the controller instead, which writes."""
     from tests.support import reliability
 
+    if hasattr(session.config, "workerinput"):
+        session.config.workeroutput["reliability_rows"] = reliability.rows_out()  # type: ignore[attr-defined]
+        return
     reliability.write_page()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist, in the controller: a worker has finished; take the rows its tests recorded."""
+    from tests.support import reliability
+
+    reliability.rows_in(getattr(node, "workeroutput", {}).get("reliability_rows", []))

@@ -19,8 +19,8 @@ from devservers.fakemodel import FakeModelServer
 from devservers import temporal_server
 from tests.conftest import OUTPUT, answer, tool_use
 from tests.support.api import TOKENS, ApiProcess, serve_api
+from tests.support.needs import CHROMIUM
 
-CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 EMAIL = {"to": "team@example.com", "subject": "hi", "body": "x"}
@@ -30,7 +30,7 @@ FIRST = "Let me draft the email to the team first. " * 10
 ANSWER = "The email has gone out to the person you chose."
 PARTLY_THERE = "n => { const t = document.querySelector('#turn-1 .text'); return t && t.textContent.length > 0 && t.textContent.length < n; }"
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+pytestmark = pytest.mark.usefixtures("chromium_installed")  # a skip, or a failure under CI=true
 
 
 @pytest_asyncio.fixture(scope="module")

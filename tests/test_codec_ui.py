@@ -18,16 +18,14 @@ from infra.connection import connect
 from tests.conftest import OUTPUT, answer, model_activities
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
-from tests.test_ui_browser import CHROMIUM, chromium, page_text, rendered_frames
+from tests.test_ui_browser import chromium, page_text, rendered_frames
 from worker import build_worker
 from workflows.agent import AgentWorkflow
 from workflows.contract import SessionInput
 
 GOAL = "Summarise the quarterly numbers for the board, privately."
 
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (.ci/run installs it)"
-)
+pytestmark = pytest.mark.usefixtures("chromium_installed")  # a skip, or a failure under CI=true
 
 
 async def test_the_ui_shows_the_goal_decoded_through_the_codec_endpoint(

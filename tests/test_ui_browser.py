@@ -18,21 +18,19 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from devservers import temporal_server
+from devservers import processes, temporal_server
 from infra.connection import connect
 from devservers.fakemodel import FakeModelServer
 from tests.conftest import OUTPUT, ROOT, answer, model_activities, tool_use
+from tests.support.needs import CHROMIUM
 from tests.support.tools import TOOLS
 from tests.test_watch import EMAIL, wait_for_status
 from worker import build_worker
 from workflows.contract import Decision, SessionStatus
 
-CHROMIUM = "/usr/bin/chromium"
 GOAL = "Find out what time it is in UTC and email the team a one-line summary."
 
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (.ci/run installs it)"
-)
+pytestmark = pytest.mark.usefixtures("chromium_installed")  # a skip, or a failure under CI=true
 
 
 def chromium(url: str, profile: Path, *extra: str) -> str:
@@ -42,17 +40,23 @@ def chromium(url: str, profile: Path, *extra: str) -> str:
         "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1600,1500",
         "--virtual-time-budget=10000", *extra, url,
     ]  # fmt: skip
-    # Headless Chromium now and then hangs on exit after a --screenshot; it is killed at
-    # the timeout and run once more (the page is the same, and so is what is asserted).
+    # Headless Chromium now and then hangs on exit after a --screenshot; it is killed (with
+    # the processes it started) at the timeout and run once more: the page is the same, and
+    # so is what is asserted.
     for attempt in (1, 2):
+        process = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
         try:
-            done = subprocess.run(args, capture_output=True, text=True, timeout=90)
+            out, err = process.communicate(timeout=90)
             break
         except subprocess.TimeoutExpired:
+            processes.kill(process, group=True)
+            process.communicate()
             if attempt == 2:
                 raise
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
+    assert process.returncode == 0, err[-2000:]
+    return out
 
 
 def page_text(dom: str) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -212,9 +211,7 @@ class Tmux:
 
 
 @pytest.mark.process
-async def test_watch_in_a_real_terminal_streams_and_asks(harness: Harness, tmp_path: Path):
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed (.ci/run installs it)")
+async def test_watch_in_a_real_terminal_streams_and_asks(harness: Harness, tmp_path: Path, tmux_installed: str):
     session = f"tty-{uuid.uuid4().hex[:8]}"
     email = {**tool_use("send_email", EMAIL, id="e1"), "text": LONG}
     cut = {**email, "chunk_delay": 0.04, "cut_stream": True}

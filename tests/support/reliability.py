@@ -6,6 +6,7 @@ ran are replaced by what it recorded this time (none if it failed), the rows of 
 that did not run are kept, and the page is regenerated from the file. So a run of a few
 tests refreshes their rows without wiping the others, and nothing in the page is typed by
 hand: a row exists only if its test ran and passed.
+With pytest-xdist, the workers record and the controller merges their rows and writes.
 """
 
 from __future__ import annotations
@@ -57,6 +58,17 @@ def note(report: Any) -> None:
             RAN[report.nodeid] = "passed"
     if report.skipped and report.when in ("setup", "call"):
         RAN.setdefault(report.nodeid, "skipped")
+
+
+def rows_out() -> list[dict[str, Any]]:
+    """An xdist worker's rows, as plain data for the controller (`config.workeroutput`)."""
+    return [asdict(row) for row in ROWS]
+
+
+def rows_in(rows: list[dict[str, Any]]) -> None:
+    """The controller takes a worker's rows; it writes the page once every worker is done.
+    Which tests ran and passed, it knows from the reports the workers send it."""
+    ROWS.extend(Row(**row) for row in rows)
 
 
 def load(path: Path = DATA) -> list[Row]:
