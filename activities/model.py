@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.attempt_telemetry import model_call_telemetry
 from activities.context import Fitted, estimate_tokens, fit, summary_request
 from activities.deltas import Deltas
 from activities.model_errors import PROMPT_TOO_LONG, TRANSCRIPT_MISSING
 from activities.providers import ModelTurn, Provider, ProviderCall, resolve
-from activities.attempt_telemetry import model_call_telemetry
 from activities.transcript import TranscriptMissing, TranscriptStore, open_store
 from activities.wire import ModelReply, ModelRequest, ToolSpec, tool_specs_text
 
@@ -196,7 +196,7 @@ class ModelActivities:
     ) -> str:
         """The transcript's new reference: one segment per call, the new messages and the reply."""
         reply = turn.message.model_dump(mode="json", exclude_none=True)
-        ref = await self._store.extend(request.transcript_ref, [*new, reply], messages + [reply])
+        ref = await self._store.extend(request.transcript_ref, [*new, reply], [*messages, reply])
         self._remember_sizes(ref, [*sizes, estimate_tokens(reply)])
         return ref
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import typing
-from typing import Annotated, Any, Literal, Union, cast
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
@@ -51,12 +51,7 @@ def _block_kind(value: Any) -> str:
 
 
 ContentBlock = Annotated[
-    Union[
-        Annotated[TextBlock, Tag("text")],
-        Annotated[ToolUseBlock, Tag("tool_use")],
-        Annotated[ToolResultBlock, Tag("tool_result")],
-        Annotated[OtherBlock, Tag("other")],
-    ],
+    Annotated[TextBlock, Tag("text")] | Annotated[ToolUseBlock, Tag("tool_use")] | Annotated[ToolResultBlock, Tag("tool_result")] | Annotated[OtherBlock, Tag("other")],
     Discriminator(_block_kind),
 ]
 

@@ -20,13 +20,15 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import ValidationError
-    from jsonschema.exceptions import best_match  # pyright: ignore[reportUnknownVariableType]: its stub leaves the return untyped
+    from jsonschema.exceptions import (
+        ValidationError,
+        best_match,  # pyright: ignore[reportUnknownVariableType]: its stub leaves the return untyped
+    )
     from jsonschema.protocols import Validator
 
+    from workflows.contract import INVALID_TOOL_INPUT, CancelRequest, Decision, ToolCallRecord, UserMessage
     from workflows.events import DecisionRecorded
     from workflows.session import Session
-    from workflows.contract import INVALID_TOOL_INPUT, CancelRequest, Decision, ToolCallRecord, UserMessage
 
 
 def signalled(

@@ -13,6 +13,7 @@ given. Determinism: no I/O, no environment, no wall clock but `workflow.now()`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
@@ -22,9 +23,16 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
     from temporalio.contrib.workflow_streams import WorkflowStream
 
+    from activities.wire import ContentBlock, Message, TextBlock
     from workflows import actions, spans
-    from workflows.contract import CancelRequest, Decision, UserMessage
-    from workflows.contract import SessionHistory, SessionInput, SessionStatus
+    from workflows.contract import (
+        CancelRequest,
+        Decision,
+        SessionHistory,
+        SessionInput,
+        SessionStatus,
+        UserMessage,
+    )
     from workflows.events import EVENT_TOPIC, Answered, ContinuedAsNew, UserMessageTaken
     from workflows.model_calls import ModelCaller
     from workflows.options import DESCRIBE_TOOLS_ATTEMPTS
@@ -33,8 +41,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.subagents import CHILD_APPROVALS, ChildApprovals, SubAgents, subagent_specs
     from workflows.tool_calls import ToolRunner, describe_tools, list_mcp_tools, wait_while_paused
     from workflows.view import SessionView
-
-    from activities.wire import ContentBlock, Message, TextBlock
 
 
 # Input that does not validate (a start from the CLI or UI with bad JSON) fails the
@@ -225,7 +231,7 @@ class AgentWorkflow:
                 timeout=timedelta(seconds=session.input.idle_timeout_seconds),
                 timeout_summary=f"idle {fmt_duration(session.input.idle_timeout_seconds)}",
             )  # fmt: skip
-        except asyncio.TimeoutError:
+        except TimeoutError:
             session.finish("completed", stop_reason="idle_timeout")
             return False
         if state.cancel_requested is not None:
@@ -330,7 +336,5 @@ class AgentWorkflow:
 
 async def _stop(loop: asyncio.Task[None]) -> None:
     loop.cancel()
-    try:
+    with contextlib.suppress(asyncio.CancelledError, Finished, HandOver):
         await loop
-    except (asyncio.CancelledError, Finished, HandOver):
-        pass

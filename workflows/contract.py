@@ -10,8 +10,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from activities.wire import Message, Usage
 from infra.model_names import DEFAULT_MODEL
-# Wire types, re-exported.
-from workflows.records import CallStatus as CallStatus
+from workflows.records import CallStatus as CallStatus  # a wire type, re-exported
 from workflows.records import PendingApproval, RunStatus, ToolCallRecord, TraceTurn
 from workflows.state import SessionState
 

@@ -10,7 +10,7 @@ session run by a newer worker.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, Union, cast
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -111,19 +111,7 @@ class SessionEnded(WorkflowEvent):
 
 
 SessionEvent = Annotated[
-    Union[
-        StatusChanged,
-        TurnRecorded,
-        ToolCallStarted,
-        ToolCallEnded,
-        ApprovalRequested,
-        DecisionRecorded,
-        Answered,
-        UserMessageTaken,
-        ContinuedAsNew,
-        SessionEnded,
-        TextDelta,
-    ],
+    StatusChanged | TurnRecorded | ToolCallStarted | ToolCallEnded | ApprovalRequested | DecisionRecorded | Answered | UserMessageTaken | ContinuedAsNew | SessionEnded | TextDelta,
     Field(discriminator="type"),
 ]
 EVENTS: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)

@@ -15,13 +15,13 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.model_errors import TRANSCRIPT_MISSING
     from activities.model import ModelActivities
+    from activities.model_errors import TRANSCRIPT_MISSING
     from activities.wire import Message, ModelReply, ModelRequest, ToolResultBlock, tool_specs_text
     from workflows import options, spans
+    from workflows.contract import ToolCallRecord, TraceTurn
     from workflows.events import TurnRecorded
     from workflows.session import Finished, Session, describe_failure, error_type, was_cancelled
-    from workflows.contract import ToolCallRecord, TraceTurn
 
 
 class ModelCaller:

@@ -13,9 +13,9 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.contract import RunStatus, SessionInput
     from workflows.events import SessionEnded
     from workflows.state import SessionState
-    from workflows.contract import RunStatus, SessionInput
     from workflows.view import SessionView
 
 

@@ -12,8 +12,8 @@ command: the workflow's history is the same with tracing on or off.
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from asyncio import CancelledError
+from collections.abc import Generator
 from contextlib import contextmanager
 from typing import Any
 

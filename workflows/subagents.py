@@ -23,9 +23,9 @@ with workflow.unsafe.imports_passed_through():
 
     from activities.wire import ToolSpec
     from workflows import options
+    from workflows.contract import Limits, ParentLink, SessionInput, SessionStatus, SubAgent
     from workflows.records import PendingApproval, ToolCallRecord
     from workflows.session import Session, short
-    from workflows.contract import Limits, ParentLink, SessionInput, SessionStatus, SubAgent
 
 TOOL_PREFIX = "agent__"
 # The signals between a parent and its children: the child tells what it waits for; the
@@ -137,7 +137,7 @@ class SubAgents:
     async def _pass_on_pauses(self, handle: workflow.ChildWorkflowHandle[Any, SessionStatus]) -> None:
         paused = False
         while True:
-            await workflow.wait_condition(lambda: self.state.paused != paused)
+            await workflow.wait_condition(lambda: self.state.paused != paused)  # noqa: B023  (awaited here)
             paused = self.state.paused
             await handle.signal(PAUSE if paused else RESUME)
 
@@ -160,5 +160,7 @@ class SubAgents:
             return
         self._told = pending
         parent = workflow.get_external_workflow_handle(link.session_id)
-        asyncio.create_task(parent.signal(CHILD_APPROVALS, ChildApprovals(session_id=self.session.id, pending=pending)))
+        signal = parent.signal(CHILD_APPROVALS, ChildApprovals(session_id=self.session.id, pending=pending))
+        # No reference kept: the workflow's event loop holds every task until it ends.
+        asyncio.create_task(signal)  # noqa: RUF006
 

@@ -21,12 +21,12 @@ with workflow.unsafe.imports_passed_through():
     from activities.mcp._errors import UNAVAILABLE as MCP_SERVER_UNAVAILABLE
     from activities.tools import ToolActivities
     from activities.wire import Message, ToolOutcome, ToolRequest, ToolResultBlock, ToolSpec, ToolUseBlock
+    from workflows import options, spans
+    from workflows.contract import CallStatus, ToolCallRecord
     from workflows.events import ApprovalRequested, ToolCallEnded, ToolCallStarted
     from workflows.session import HandOver, Session, describe_failure, error_type, short, was_cancelled
     from workflows.state import SETTLED
-    from workflows import options, spans
     from workflows.subagents import SubAgents
-    from workflows.contract import CallStatus, ToolCallRecord
 
 # From this many identical calls on, the model is told that it repeats itself.
 REPEAT_NOTE_AT = 3
@@ -116,7 +116,7 @@ class ToolRunner:
             await workflow.wait_condition(
                 decided, timeout=self._approval_timer(), timeout_summary=f"approval wait for {call.name}"
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await workflow.wait_condition(decided)
 
     async def _check_input(self, call: ToolCallRecord) -> str | None:

@@ -16,9 +16,9 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from workflows import search
+    from workflows.contract import RunStatus, SessionHistory, SessionInput, SessionStatus
     from workflows.events import StatusChanged, WorkflowEvent
     from workflows.state import SessionState
-    from workflows.contract import RunStatus, SessionHistory, SessionInput, SessionStatus
 
 if TYPE_CHECKING:
     from temporalio.common import SearchAttributeKey
@@ -92,7 +92,7 @@ class SessionView:
         self._indexed, self._indexed_at = values, now
         # The SDK's signature leaves SearchAttributeUpdate's value type open.
         workflow.upsert_search_attributes(  # pyright: ignore[reportUnknownMemberType]
-            [k.value_set(v) for k, v in zip(INDEXED, values)]
+            [k.value_set(v) for k, v in zip(INDEXED, values, strict=True)]
         )
 
     def _counts_wait(self, values: Indexed, now: datetime) -> bool:

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from infra.definitions import McpServer
+from activities.attempt_telemetry import tool_call_telemetry
 from activities.mcp import _errors
 from activities.mcp._convert import USABLE_NAME, full_name, input_error, result_text, split_name, to_spec
-from activities.attempt_telemetry import tool_call_telemetry
 from activities.tools import HEARTBEAT_EVERY_S, finish_outcome
 from activities.transcript import TranscriptStore, open_store
 from activities.wire import ToolOutcome, ToolRequest, ToolSpec
+from infra.definitions import McpServer
 
 if TYPE_CHECKING:
     from mcp import Client

@@ -25,8 +25,8 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
-from infra.definitions import McpServer
 from activities.mcp import _errors
+from infra.definitions import McpServer
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -15,8 +15,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.protocols import Validator
 
-from infra.definitions import McpServer
 from activities.wire import ToolPolicy, ToolSpec
+from infra.definitions import McpServer
 
 if TYPE_CHECKING:  # the SDK is imported by the worker only (see _errors)
     from mcp.types import CallToolResult, Tool

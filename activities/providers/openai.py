@@ -18,8 +18,14 @@ import httpx2 as httpx
 import openai
 from temporalio.exceptions import ApplicationError
 
-from activities.model_errors import PROMPT_TOO_LONG, IncompleteResponse, SdkErrors, classify, retryable
-from activities.model_errors import terminal
+from activities.model_errors import (
+    PROMPT_TOO_LONG,
+    IncompleteResponse,
+    SdkErrors,
+    classify,
+    retryable,
+    terminal,
+)
 from activities.providers.base import ModelTurn, OnText, ProviderCall
 from activities.providers.openai_format import Reply, build_params, to_turn
 
