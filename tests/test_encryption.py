@@ -155,7 +155,7 @@ async def test_a_key_rotation_mid_session_keeps_it_readable(dev_server, fake_mod
     ("k0:not-base64!", "the key of 'k0' is not base64"),
     ("k0:" + "QUFB", "the key of 'k0' is 3 bytes"),
     (f"k0:{K0},k0:{K1}", "key id 'k0' appears twice"),
-])  # fmt: skip
+], ids=["no key", "not base64", "3 bytes", "an id twice"])  # fmt: skip  (the keys are random: not in the ids)
 def test_a_malformed_key_setting_is_one_line_at_start(value, says):
     for entry in (["worker.py"], ["client.py", "list"]):
         done = subprocess.run([sys.executable, *entry], env={"AGENT_PAYLOAD_KEYS": value, "PATH": "/usr/bin:/bin"},
