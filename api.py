@@ -28,8 +28,8 @@ LOCAL = "127.0.0.1"
 def main() -> int:
     parser = argparse.ArgumentParser(
         prog="python api.py",
-        description=__doc__.split("\n\n")[0].replace("\n", " "),
-        epilog=__doc__.split("\n\n", 1)[1].replace("\n", " ").strip(),
+        description=(__doc__ or "").partition("\n\n")[0].replace("\n", " "),
+        epilog=(__doc__ or "").partition("\n\n")[2].replace("\n", " ").strip(),
     )
     parser.add_argument("--host", default=LOCAL, help="address to listen on (default: %(default)s; without "
                         "AGENT_API_USERS always 127.0.0.1)")

@@ -50,7 +50,7 @@ def add_session_flags(command: argparse.ArgumentParser) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = Parser(prog="python client.py", description=__doc__.splitlines()[0])
+    root = Parser(prog="python client.py", description=(__doc__ or "").partition("\n")[0])
     commands = root.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     start = commands.add_parser("start", help="start a session with a goal")

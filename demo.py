@@ -23,7 +23,7 @@ GOAL = "Find out what time it is, note it down, and email the team a one-line su
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python demo.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python demo.py", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("goal", nargs="?", default=GOAL)
     parser.add_argument("--keep", action="store_true", help="keep the dev server running at the end")
     parser.add_argument("--ui-port", type=int, default=8233, help="Web UI port of a dev server it starts")
@@ -50,6 +50,7 @@ def main() -> int:
                 [sys.executable, "-m", "devservers.fakemodel"], cwd=here, env=env, stdout=subprocess.PIPE, text=True
             )
             started.append(("fake model", fake))
+            assert fake.stdout is not None  # stdout=PIPE
             env["ANTHROPIC_BASE_URL"] = fake.stdout.readline().strip()
             env["ANTHROPIC_API_KEY"] = "fake-key-for-the-local-fake-model"
         worker = subprocess.Popen(

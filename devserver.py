@@ -29,7 +29,7 @@ def _interrupt(signum, frame) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python devserver.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python devserver.py", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--port", type=int, default=7233, help="gRPC port (default 7233)")
     parser.add_argument("--ui-port", type=int, default=8233, help="Web UI port (default 8233)")
     parser.add_argument("--codec-port", type=int, default=8234, help="codec endpoint port, with AGENT_PAYLOAD_KEYS (default 8234)")

@@ -201,7 +201,7 @@ def check_definitions(definitions: Definitions, tools: list[Tool]) -> None:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python worker.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python worker.py", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--tools", default=DEFAULT_TOOLS, help="module:NAME of a list of tools")
     parser.add_argument("--sandbox", action="store_true", help="run the workflow in Temporal's sandbox")
     parser.add_argument(

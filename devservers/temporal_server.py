@@ -134,7 +134,7 @@ def start(
                              tuned, gomaxprocs)  # fmt: skip
         if server.process.poll() is None:
             return server
-    raise RuntimeError(f"the Temporal dev server exited with code {server.process.returncode}")
+    raise RuntimeError(f"the Temporal dev server exited with code {server.process.returncode}")  # pyright: ignore[reportPossiblyUnboundVariable]: the loop runs at least once
 
 
 def _start_once(port: int, ui_port: int | None, db_file: Path | None, log_file: Path | None, wait_seconds: float,

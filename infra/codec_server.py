@@ -90,7 +90,7 @@ def build_app(keyring: Keyring, *, origins: list[str], token: str | None) -> Sta
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m infra.codec_server", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m infra.codec_server", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8234)
     parser.add_argument("--origin", action="append", help=f"an origin the UI is served from (default {' '.join(UI_ORIGINS)})")

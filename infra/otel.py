@@ -21,9 +21,12 @@ import asyncio
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infra.errors import BadConfiguration
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import SpanProcessor
 
 SERVICE_NAME = "agent-loop"
 DEFAULT_PROTOCOL = "http/protobuf"
@@ -84,7 +87,7 @@ def _resource() -> Any:
 # ---- traces ----------------------------------------------------------------------------
 
 
-def install_tracing(processor: Any | None = None) -> bool:
+def install_tracing(processor: SpanProcessor | None = None) -> bool:
     """Install the replay-safe tracer provider once; False when tracing is off.
 
     `processor` (a span processor) replaces the one the environment asks for (tests)."""
@@ -106,7 +109,7 @@ def install_tracing(processor: Any | None = None) -> bool:
     return True
 
 
-def _span_processor(exporter: str) -> Any:
+def _span_processor(exporter: str) -> SpanProcessor:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
     if exporter == "console":

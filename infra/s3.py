@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlparse
 
 from infra.errors import ConfigError
+
+if TYPE_CHECKING:
+    from types_aiobotocore_s3.client import S3Client as BotoS3Client
 
 ENV = "AGENT_STORE_URL"
 
@@ -41,17 +46,19 @@ class S3Client:
     """One aioboto3 client per event loop, opened on first use and kept for the process."""
 
     def __init__(self) -> None:
-        self._clients: dict[int, object] = {}
+        self._clients: dict[int, BotoS3Client] = {}
         self._stacks: list[AsyncExitStack] = []
 
-    async def get(self):
+    async def get(self) -> BotoS3Client:
         loop = id(asyncio.get_running_loop())
         client = self._clients.get(loop)
         if client is None:
             import aioboto3
 
             stack = AsyncExitStack()
-            client = await stack.enter_async_context(aioboto3.Session().client("s3"))
+            # aioboto3 has no types of its own: its client is the one types-aiobotocore-s3 describes.
+            opened = cast("AbstractAsyncContextManager[BotoS3Client]", aioboto3.Session().client("s3"))
+            client = await stack.enter_async_context(opened)
             self._stacks.append(stack)  # never closed: the client lives as long as the process
             self._clients[loop] = client
         return client

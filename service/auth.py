@@ -124,11 +124,11 @@ def load_users(path: Path) -> Users:
 
 
 def _user(name: str, entry: UserEntry) -> User:
-    digest = (
-        bytes.fromhex(entry.token_sha256)
-        if entry.token_sha256
-        else hashlib.sha256(entry.token.encode()).digest()
-    )
+    if entry.token_sha256:
+        digest = bytes.fromhex(entry.token_sha256)
+    else:
+        assert entry.token is not None  # UserEntry holds exactly one of the two
+        digest = hashlib.sha256(entry.token.encode()).digest()
     return User(name=name, token_sha256=digest, operator=OPERATOR in entry.roles)
 
 

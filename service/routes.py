@@ -25,7 +25,7 @@ from workflows.contract import CancelRequest, Decision, SessionInput, SessionSta
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 Caller = Annotated[User, Depends(current_user)]
-ERRORS = {
+ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "malformed JSON"},
     401: {"description": "no token, or a wrong one"},
     404: {"description": "no such session, or not yours"},

@@ -221,7 +221,8 @@ async def act(client: Client, session_id: str, update: Callable[..., Any], *args
     session's reason when it refuses, `SessionEnded` when it has ended."""
     h = handle(client, session_id)
     try:
-        return await h.execute_update(update, *args)
+        # Any of the session's updates: the SDK's overloads type one update method at a time.
+        return await h.execute_update(update, *args)  # pyright: ignore[reportCallIssue, reportArgumentType]
     except WorkflowUpdateFailedError as err:
         cause = err.cause
         message = cause.message if isinstance(cause, ApplicationError) else str(cause or err)

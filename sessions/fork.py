@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from activities.wire import Message, TextBlock, ToolResultBlock, Usage
+from activities.wire import ContentBlock, Message, TextBlock, ToolResultBlock, Usage
 from infra.errors import BadRequest
 from workflows.contract import ForkPoint, SessionInput
 from workflows.records import ToolCallRecord
@@ -81,7 +81,7 @@ def _messages_through(messages: list[Message], step: int, with_results: bool = T
     kept = messages[: end + 1]
     if with_results and end + 1 < len(messages) and messages[end].tool_uses():
         after = messages[end + 1]
-        results = [b for b in after.content if isinstance(b, ToolResultBlock)]
+        results: list[ContentBlock] = [b for b in after.content if isinstance(b, ToolResultBlock)]
         if results:
             kept.append(Message(role="user", content=results))
     return kept

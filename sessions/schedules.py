@@ -14,6 +14,7 @@ from typing import Any
 from temporalio.client import (
     Client,
     Schedule,
+    ScheduleActionExecutionStartWorkflow,
     ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
     ScheduleIntervalSpec,
@@ -22,6 +23,7 @@ from temporalio.client import (
     ScheduleSpec,
 
 )
+from temporalio.common import TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from infra.errors import BadRequest, SessionNotFound
@@ -56,10 +58,15 @@ async def create(
 ) -> None:  # fmt: skip
     if not NAME.match(name):
         raise BadRequest(f"schedule name {name!r}: letters, digits, '.', '-' and '_' only")
-    spec = ScheduleSpec(cron_expressions=[cron]) if cron else ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)])
+    if cron:
+        spec = ScheduleSpec(cron_expressions=[cron])
+    elif every is not None:
+        spec = ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)])
+    else:
+        raise BadRequest("a schedule needs --cron or --every")
     action = ScheduleActionStartWorkflow(
         AgentWorkflow.run, session_input, id=name, task_queue=task_queue, static_summary=summary,
-        typed_search_attributes=initial_search_attributes(session_input),
+        typed_search_attributes=initial_search_attributes(session_input) or TypedSearchAttributes.empty,
     )  # fmt: skip
     schedule = Schedule(action=action, spec=spec, policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP))
     try:
@@ -84,7 +91,7 @@ async def listing(client: Client) -> list[dict[str, Any]]:
                 "paused": bool(entry.schedule and entry.schedule.state.paused),
                 "next_run": info.next_action_times[0].isoformat() if info and info.next_action_times else None,
                 "recent_sessions": [a.action.workflow_id for a in (info.recent_actions if info else [])
-                                    if hasattr(a.action, "workflow_id")],
+                                    if isinstance(a.action, ScheduleActionExecutionStartWorkflow)],
             }
         )  # fmt: skip
     return rows

@@ -281,10 +281,10 @@ def build_message(turn: dict[str, Any], body: dict[str, Any], cached: dict[str, 
 
 
 class Handler(BaseHTTPRequestHandler):
-    server: FakeModelHTTPServer
+    server: FakeModelHTTPServer  # pyright: ignore[reportIncompatibleVariableOverride]: only that server runs it
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, *args: Any) -> None:  # quiet
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
     def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
@@ -362,7 +362,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("x-agent-purpose") == "summary":
             # A summary of what no longer fits the context: answered without using a turn.
             excerpt = self._summary_request_text(body)
-            turn = {"text": f"{PREFIX}summary of {excerpt.count('tool_use_id')} tool results and what led to them."}
+            turn: dict[str, Any] = {"text": f"{PREFIX}summary of {excerpt.count('tool_use_id')} tool results and what led to them."}
         else:
             turn = self.server.script.next_turn(session, body)
         if turn.get("delay"):
