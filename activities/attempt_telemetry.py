@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from contextlib import contextmanager, nullcontext
 from typing import Any, TypeVar
 
@@ -34,6 +34,7 @@ BAGGAGE_PREFIX = "agent."
 CONTENT_LIMIT = 16_000  # characters of prompt or completion text on one attribute
 
 R = TypeVar("R")
+S = TypeVar("S")  # the activities object a decorated method belongs to
 
 
 def tracer() -> Any | None:
@@ -61,11 +62,13 @@ def error_class(err: BaseException) -> str:
 # ---- model calls -----------------------------------------------------------------------
 
 
-def model_call_telemetry(fn: Callable[[Any, ModelRequest], Awaitable[ModelReply]]):
+def model_call_telemetry(
+    fn: Callable[[S, ModelRequest], Coroutine[Any, Any, ModelReply]],
+) -> Callable[[S, ModelRequest], Coroutine[Any, Any, ModelReply]]:
     """One span and one count per model call attempt."""
 
     @functools.wraps(fn)
-    async def traced(self: Any, request: ModelRequest) -> ModelReply:
+    async def traced(self: S, request: ModelRequest) -> ModelReply:
         if not activity.in_activity():  # called directly (a script, a test): no attempt to describe
             return await fn(self, request)
         provider, _, bare = request.model.rpartition(":")
@@ -113,11 +116,13 @@ def _reply_attributes(reply: ModelReply) -> dict[str, Any]:
 # ---- tool calls ------------------------------------------------------------------------
 
 
-def tool_call_telemetry(fn: Callable[[Any, ToolRequest], Awaitable[ToolOutcome]]):
+def tool_call_telemetry(
+    fn: Callable[[S, ToolRequest], Coroutine[Any, Any, ToolOutcome]],
+) -> Callable[[S, ToolRequest], Coroutine[Any, Any, ToolOutcome]]:
     """One span and one count per tool call attempt; an `is_error` outcome counts as `error`."""
 
     @functools.wraps(fn)
-    async def traced(self: Any, request: ToolRequest) -> ToolOutcome:
+    async def traced(self: S, request: ToolRequest) -> ToolOutcome:
         if not activity.in_activity():  # called directly (a script, a test): no attempt to describe
             return await fn(self, request)
         with _attempt_span(f"run_tool {request.name}", _tool_attributes(request)) as span:
