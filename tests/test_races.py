@@ -203,9 +203,13 @@ async def test_fifty_pause_resume_update_pairs_at_once_stay_consistent(harness: 
         except WorkflowUpdateFailedError as err:
             assert "already paused" in str(err.cause) or "not paused" in str(err.cause), err.cause
             return False
-        except RPCError as err:  # refused, not lost: the session ended, or the server's
-            # limit on updates in flight for one workflow (10) was reached on a slow machine
-            assert "closing workflow" in str(err) or "completed" in str(err) or "in-flight updates" in str(err), err
+        except RPCError as err:  # refused, not lost: the session ended, the server's limit on
+            # updates in flight for one workflow (10) was reached on a slow machine, or the server
+            # aborted an update not yet accepted (its workflow task was lost under load; the
+            # caller is told to send it again). The count of accepted updates below shows none
+            # of these was recorded.
+            reasons = ("closing workflow", "completed", "in-flight updates", "workflow update was aborted")
+            assert any(reason in str(err) for reason in reasons), err
             return False
 
     names = [name for _ in range(50) for name in ("pause_session", "resume_session")]
