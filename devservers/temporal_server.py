@@ -15,6 +15,7 @@ docs/operations/server-settings.md.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -79,9 +80,37 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
+    """A port free on 127.0.0.1, chosen at random below the kernel's ephemeral range.
+
+    The kernel hands out ports of that range on its own (the local end of every outgoing
+    connection, a bind to port 0, the dev server's internal listeners), so one of them could
+    take a port chosen there before the server binds it, or while a test restarts a server
+    on the same port; below it, only another chooser like this one could, and several test
+    processes at once rarely pick the same port of some 20,000.
+    """
+    high = _ephemeral_start()
+    for _ in range(50 if high > 11_000 else 0):
+        port = _random.randrange(10_000, high)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # a crowded machine: any port the kernel gives
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+_random = random.SystemRandom()  # not the random module's state, which tests may seed
+
+
+def _ephemeral_start() -> int:
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+    return low
 
 
 @dataclass

@@ -23,6 +23,8 @@ import pytest_asyncio
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from devservers import processes
+from devservers.temporal_server import free_port
 from infra.definitions import McpServer
 from activities.mcp import McpActivities
 from activities.transcript import TranscriptStore
@@ -31,6 +33,8 @@ from activities.wire import ToolRequest
 ROOT = Path(__file__).resolve().parent.parent
 STDIO = [sys.executable, "-m", "tests.support.mcp_servers", "--stdio"]
 ENV = {"PYTHONPATH": str(ROOT), "MCP_TEST_GREETING": "hello from the definitions"}
+# MCP servers shared by the module (`http_server`, `both`): its tests run in one xdist process.
+pytestmark = pytest.mark.xdist_group("mcp")
 
 
 def request(name: str, input: dict, max_output: int = 8000, tool_use_id: str = "toolu_1") -> ToolRequest:
@@ -42,12 +46,6 @@ def request(name: str, input: dict, max_output: int = 8000, tool_use_id: str = "
         input=input,
         max_output=max_output,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class HttpServer:
@@ -71,9 +69,7 @@ class HttpServer:
         raise TimeoutError("the MCP test server did not listen within 20 s")
 
     def kill(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
+        processes.kill(self.process)
 
 
 @pytest.fixture(scope="module")
