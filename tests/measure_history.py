@@ -121,7 +121,7 @@ def write_page(rows: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m tests.measure_history", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.measure_history", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--steps", default="50,100,200,400", help="comma-separated session lengths")
     args = parser.parse_args()
     asyncio.run(main([int(s) for s in args.steps.split(",")]))

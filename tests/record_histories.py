@@ -266,7 +266,7 @@ async def record(names: list[str], out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.record_histories", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.record_histories", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("scenarios", nargs="*", help=f"default: all ({', '.join(SCENARIOS)})")
     parser.add_argument("--out", type=Path, default=HISTORIES)
     args = parser.parse_args()

@@ -62,7 +62,7 @@ async def cli(harness: Harness, *args: str, definitions: Path | None = None, tim
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(process.communicate(), timeout)
-    return process.returncode, out.decode(), err.decode()
+    return await process.wait(), out.decode(), err.decode()
 
 
 def team(tmp_path: Path) -> Path:
@@ -106,7 +106,8 @@ async def test_approval_rules_per_agent_and_tool(harness: Harness, tmp_path: Pat
     # send_email (the tool's own rule: approval) ran without a person: "never"
     assert [p.name for p in snapshot.pending_approvals] == ["save_note"]
     assert [e["tool"] for e in read_effects() if e["session_id"] == session] == ["send_email"]
-    await handle.execute_update(AgentWorkflow.approve_call, {"tool_use_id": "n1"})
+    # The JSON body any client sends; the workflow reads it as a Decision.
+    await handle.execute_update(AgentWorkflow.approve_call, {"tool_use_id": "n1"})  # pyright: ignore[reportCallIssue, reportArgumentType]
     await handle.result()
     calls = {c.tool_use_id: c for c in (await handle.query(AgentWorkflow.history)).tool_calls}
     assert (calls["e1"].approval, calls["e1"].requires_approval) == ("auto", False)

@@ -398,13 +398,15 @@ async def test_events_resume_after_a_cut_without_loss_or_repeat(api: ApiProcess,
         started = await start(alice, fake_model, streamed_turns(4))
         session_id = started["session_id"]
         first = await collect_events(alice, session_id, limit=12)  # the connection is cut here
-        assert [e.id for e in first] == sorted({e.id for e in first})
+        assert [e.id for e in first] == sorted({e.id for e in first if e.id is not None})
         rest = await collect_events(alice, session_id, headers={"Last-Event-ID": str(first[-1].id)})
         seen = first + rest
         assert rest[-1].event == "end" and rest[-1].data["status"] == "completed"
         whole = await collect_events(alice, session_id)  # the whole stream, read after the end
         assert [(e.id, e.event, e.data) for e in seen] == [(e.id, e.event, e.data) for e in whole]
-        assert [e.id for e in whole] == list(range(whole[0].id, whole[-1].id + 1))
+        first_id, last_id = whole[0].id, whole[-1].id
+        assert first_id is not None and last_id is not None
+        assert [e.id for e in whole] == list(range(first_id, last_id + 1))
         assert {"delta", "turn", "tool_call", "tool_result", "end"} <= {e.event for e in whole}
         deltas = "".join(e.data["text"] for e in whole if e.event == "delta" and e.data["step"] == 1)
         assert deltas == "Step 0: checking the clock. " * 10
@@ -519,7 +521,9 @@ async def test_without_a_users_file_it_prints_a_local_url_with_a_token(
 
     server = start_api(api_env(dev_server.address, "unused", data_dir, None), tmp_path / "api.log")
     try:
-        url = re.search(r"open (http://127\.0\.0\.1:\d+/\?token=\S+)", server.log()).group(1)
+        found = re.search(r"open (http://127\.0\.0\.1:\d+/\?token=\S+)", server.log())
+        assert found is not None, server.log()
+        url = found.group(1)
         async with httpx.AsyncClient(follow_redirects=True) as browser:
             page = await browser.get(url)
             assert page.status_code == 200 and "<html" in page.text.lower()

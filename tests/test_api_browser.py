@@ -62,7 +62,7 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
             decisions: list[dict] = []
             page.on(
                 "request",
-                lambda r: decisions.append(json.loads(r.post_data)) if r.url.endswith("/approve") else None,
+                lambda r: decisions.append(json.loads(r.post_data or "null")) if r.url.endswith("/approve") else None,
             )
             await page.goto(f"{api.url}/?token={TOKENS['alice']}")
             assert page.url == f"{api.url}/"  # the token left the address bar for a cookie
@@ -90,7 +90,7 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
 
             final = page.locator("#final-status")
             await final.wait_for(timeout=30_000)
-            assert "completed" in await final.text_content() and ANSWER in await final.text_content()
+            assert "completed" in (await final.text_content() or "") and ANSWER in (await final.text_content() or "")
             assert decisions == [{"tool_use_id": "e1", "input": EDITED}]
             await page.wait_for_selector("#session-status:text-is('completed')", timeout=10_000)
             await asyncio.sleep(1)  # a late answer to the approval must not turn it back
@@ -101,7 +101,7 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
             assert await page.locator("#call-e1").count() == 1
             assert await page.locator("#turn-1").count() == 1 and await page.locator("#turn-2").count() == 1
             assert await page.locator("#turn-2 .text").text_content() == ANSWER
-            assert "sent to" in await page.locator("#call-e1 .output").text_content()
+            assert "sent to" in (await page.locator("#call-e1 .output").text_content() or "")
             link = await page.locator("#temporal-link").get_attribute("href")
             assert link == f"http://127.0.0.1:8233/namespaces/default/workflows/{session_id}"
             await page.screenshot(path=OUTPUT / "api-page-completed.png", full_page=True)
@@ -111,7 +111,7 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
             await page.goto(f"{api.url}/#/")
             row = page.locator(f"tr[data-session='{session_id}']")
             await row.wait_for(timeout=20_000)
-            assert "completed" in await row.text_content()
+            assert "completed" in (await row.text_content() or "")
             await page.screenshot(path=OUTPUT / "api-page-list-phone.png", full_page=True)
         finally:
             await browser.close()

@@ -53,7 +53,7 @@ async def _client(address: str, *args: str, queue: str, timeout: float) -> Run:
         proc.kill()
         await proc.wait()
         raise AssertionError(f"python client.py {' '.join(args)} did not finish in {timeout} s") from None
-    return Run(list(args), proc.returncode, out.decode(), err.decode())
+    return Run(list(args), await proc.wait(), out.decode(), err.decode())
 
 
 def assert_one_line_error(run: Run, *needles: str) -> str:

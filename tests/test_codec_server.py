@@ -39,6 +39,7 @@ def start(port: int, **env: str) -> subprocess.Popen:
 def codec_server(request) -> Iterator[str]:
     port = free_port()
     process = start(port, **getattr(request, "param", {}))
+    assert process.stderr is not None  # stderr=PIPE
     try:
         deadline = time.monotonic() + 30
         while not port_open("127.0.0.1", port):

@@ -81,7 +81,8 @@ async def test_deciders_are_recorded_and_a_bare_signal_has_none(harness: Harness
 
     other = await harness.start([tool_use("send_email", EMAIL, id="e1"), answer("Sent.")])
     await wait_for_status(other, "waiting_approval")
-    await other.signal(AgentWorkflow.approve, {"tool_use_id": "e1"})
+    # The JSON body any client sends; the workflow reads it as a Decision.
+    await other.signal(AgentWorkflow.approve, {"tool_use_id": "e1"})  # pyright: ignore[reportCallIssue, reportArgumentType]
     await other.result()
     call = (await other.query(AgentWorkflow.history)).tool_calls[0]
     assert call.status == "done" and call.decided_by is None
@@ -178,6 +179,7 @@ async def _watch_until(harness: Harness, session_id: str, needle: str, timeout: 
     try:
         async with asyncio.timeout(timeout):
             while needle not in seen:
+                assert process.stdout is not None  # stdout=PIPE
                 line = await process.stdout.readline()
                 if not line:
                     break

@@ -171,6 +171,7 @@ async def test_prompt_cache_is_read_across_steps(harness: Harness):
     from sessions.pricing import price_for
 
     price = price_for("claude-sonnet-4-6")
+    assert price is not None
     turns = [tool_use("big_output", {"chars": 2000}, id=f"c{i}") for i in range(5)]
     handle = await harness.start([*turns, answer("ok")], price=price)
     result = await asyncio.wait_for(handle.result(), 60)

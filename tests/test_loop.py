@@ -11,6 +11,7 @@ import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.worker import (
     ExecuteWorkflowInput,
@@ -146,7 +147,7 @@ async def test_cost_budget(harness: Harness):
 async def test_cost_budget_without_prices_fails_at_start(harness: Harness):
     result = await harness.run([answer("never")], limits={"cost_budget_usd": 1.0}, model="mystery-model")
     assert result.status == "failed"
-    assert "cost budget needs prices for model 'mystery-model'" in result.error
+    assert "cost budget needs prices for model 'mystery-model'" in (result.error or "")
     assert harness.requests(result.session_id) == []
 
 
@@ -179,7 +180,7 @@ async def test_terminal_model_error_fails_at_once(harness: Harness):
 async def test_exhausted_script_fails_loudly(harness: Harness):
     result = await harness.run([tool_use("get_time")])
     assert result.status == "failed"
-    assert "has no turn left" in result.error
+    assert "has no turn left" in (result.error or "")
 
 
 async def test_retryable_error_recovers(harness: Harness):
@@ -308,7 +309,8 @@ async def test_controls_after_the_end_are_rejected(client: Client, fake_model: F
         for update, verb, args in controls:
             with pytest.raises(WorkflowUpdateFailedError) as refused:
                 await handle.execute_update(update, *args, result_type=str)
-            assert refused.value.cause.message == f"session {handle.id} is completed; cannot {verb}"
+            cause = refused.value.cause
+            assert isinstance(cause, ApplicationError) and cause.message == f"session {handle.id} is completed; cannot {verb}"
         for signal, _, args in controls:
             await handle.signal(signal.removesuffix("_session"), *args)  # the signal path: ignored
         after = await handle.query("status", result_type=SessionStatus)

@@ -13,7 +13,7 @@ import itertools
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from temporalio.client import Client, WorkflowHandle
 from activities.model import ModelActivities
 from activities.providers.openai import OpenAIProvider
 from activities.transcript import TranscriptStore
+from activities.wire import ToolResultBlock
 from devservers.fakemodel import FakeChatServer
 from tests.conftest import Harness, answer
 from tests.support.reliability import record
@@ -40,13 +41,13 @@ MODEL = "openai:gpt-test"
 class ChatHarness(Harness):
     """A harness whose sessions run on an `openai:` model by default."""
 
-    async def start(self, turns: list[dict[str, Any]] | None, **fields: Any) -> WorkflowHandle:
+    async def start(self, turns: list[dict[str, Any]] | None, *args: Any, **fields: Any) -> WorkflowHandle:
         fields.setdefault("model", MODEL)
-        return await super().start(turns, **fields)
+        return await super().start(turns, *args, **fields)
 
 
 @pytest.fixture(scope="module")
-def fake_chat() -> AsyncIterator[FakeChatServer]:
+def fake_chat() -> Iterator[FakeChatServer]:
     server = FakeChatServer().start()
     yield server
     server.stop()
@@ -119,7 +120,7 @@ async def test_a_session_calls_a_tool_then_answers(chat: ChatHarness, stream: bo
         {"type": "tool_use", "id": "call_t1", "name": "get_time", "input": {"timezone_name": "UTC"}},
     ]
     [tool_result] = history.messages[2].content
-    assert tool_result.type == "tool_result" and tool_result.tool_use_id == "call_t1"
+    assert isinstance(tool_result, ToolResultBlock) and tool_result.tool_use_id == "call_t1"
 
     first, second = [r["body"] for r in chat.requests(handle.id)]
     assert first["model"] == "gpt-test" and first["messages"][0]["role"] == "system"
@@ -158,7 +159,8 @@ async def test_parallel_tool_calls_run_and_answer_in_order(chat: ChatHarness):
         ("call_c", "save_note"),
     ]
     assert uses[2].input == {"_raw_arguments": '{"title": "c", "te'}
-    results = history.messages[2].content
+    results = [r for r in history.messages[2].content if isinstance(r, ToolResultBlock)]
+    assert len(results) == len(history.messages[2].content)
     assert [r.tool_use_id for r in results] == ["call_a", "call_b", "call_c"]
     assert [r.is_error for r in results] == [False, False, True]
 

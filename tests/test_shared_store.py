@@ -59,7 +59,7 @@ async def test_a_transcript_written_on_one_host_is_read_on_another(s3_server, s3
     for i, message in enumerate(messages):
         ref = await host_a.extend(ref, [message], messages[: i + 1])
     host_b = on_host(monkeypatch, tmp_path / "b")
-    assert await host_b.load(ref) == messages
+    assert ref is not None and await host_b.load(ref) == messages
     keys = bucket_objects(s3_server, s3_env)
     prefix = parse_url(s3_env["AGENT_STORE_URL"]).prefix
     assert f"{prefix}/{ref[:2]}/{ref}.json" in keys and len(keys) == 5

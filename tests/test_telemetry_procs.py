@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 import urllib.request
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -36,7 +36,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def receiver() -> AsyncIterator[OtlpReceiver]:
+def receiver() -> Iterator[OtlpReceiver]:
     found = OtlpReceiver().start()
     yield found
     found.stop()

@@ -43,6 +43,7 @@ def chromium(url: str, profile: Path, *extra: str) -> str:
     # Headless Chromium now and then hangs on exit after a --screenshot; it is killed (with
     # the processes it started) at the timeout and run once more: the page is the same, and
     # so is what is asserted.
+    out = err = ""
     for attempt in (1, 2):
         process = subprocess.Popen(
             args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True

@@ -47,7 +47,7 @@ async def run_cli(harness: Harness, *args: str, timeout: float = 60) -> tuple[in
         process.kill()
         await process.wait()
         raise
-    return process.returncode, out.decode(), err.decode()
+    return await process.wait(), out.decode(), err.decode()
 
 
 async def wait_for_status(handle, status: str, timeout: float = 20) -> SessionStatus:
@@ -113,6 +113,7 @@ async def test_watch_attached_mid_run_shows_the_past_then_follows(harness: Harne
         deadline = time.monotonic() + 30
         while not any("deny:" in line for line in seen):
             assert time.monotonic() < deadline, f"no approval hint in: {seen}"
+            assert process.stdout is not None  # stdout=PIPE
             line = await asyncio.wait_for(process.stdout.readline(), deadline - time.monotonic())
             assert line, f"watch ended early: {seen}"
             seen.append(line.decode())

@@ -52,7 +52,7 @@ import time
 import uuid
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlparse
 
 PREFIX = "[fake model] "
@@ -522,7 +522,7 @@ class FakeModelServer:
     def script(self) -> Script:
         return self.httpd.script
 
-    def start(self) -> FakeModelServer:
+    def start(self) -> Self:
         self.thread.start()
         return self
 

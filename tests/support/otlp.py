@@ -71,7 +71,7 @@ class OtlpReceiver:
                 self.send_header("content-length", "0")
                 self.end_headers()
 
-            def log_message(self, *args: Any) -> None:
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from mcp.types import (
@@ -24,7 +25,7 @@ from activities.mcp._convert import input_error, policy_of, result_text, split_n
 SERVER = McpServer(command=["true"])
 
 
-def tool(**hints: bool) -> Tool:
+def tool(**hints: Any) -> Tool:
     annotations = ToolAnnotations(**hints) if hints else None
     return Tool(name="t", input_schema={"type": "object"}, annotations=annotations)
 

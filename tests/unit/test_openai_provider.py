@@ -13,6 +13,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.completion_usage import CompletionUsage
+from temporalio.exceptions import ApplicationError
 
 from activities import providers
 from activities.model_errors import MODEL_RETRYABLE, MODEL_TERMINAL, PROMPT_TOO_LONG, IncompleteResponse, terminal
@@ -33,7 +34,7 @@ def test_the_openai_prefix_names_the_provider():
 
 async def test_a_missing_key_is_terminal_and_says_what_to_do(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with pytest.raises(Exception) as err:
+    with pytest.raises(ApplicationError) as err:
         OpenAIProvider().client()
     assert (
         err.value.non_retryable and "OPENAI_API_KEY" in err.value.message and "restart" in err.value.message
