@@ -8,8 +8,7 @@ reads). aioboto3 is imported only here, so the one-machine default does not need
 from __future__ import annotations
 
 import asyncio
-from contextlib import AsyncExitStack
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 from urllib.parse import urlparse
