@@ -29,6 +29,9 @@ Usage emulates prompt caching: the longest prefix of a session's request that en
 `cache_control` breakpoint before is counted as cache read, the rest up to the last
 breakpoint as cache write. `POST /v1/messages/count_tokens` answers an estimate.
 
+`"pace": S` writes the turn's text at a model's pace, S seconds a word: streamed, one
+delta a word, S apart; not streamed, the whole answer after S times its words.
+
 `"times": N` plays a turn N times; `"repeat": true` forever. A fault can also be set for
 every request of a session, in front of its turns: `POST /_fault {"session", "fault",
 "times"}` (times null: until cleared with fault null).
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import socket
 import struct
 import threading
@@ -395,6 +399,8 @@ class Handler(BaseHTTPRequestHandler):
             self._stream(message, turn)
             return
         data = json.dumps(message).encode()
+        if turn.get("pace"):
+            time.sleep(float(turn["pace"]) * sum(len(_words(b.get("text", ""))) for b in message["content"]))
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
@@ -431,6 +437,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         chunk_delay = float(turn.get("chunk_delay", 0))
+        pace = float(turn.get("pace", 0))
         start = {**message, "content": [], "stop_reason": None, "usage": {**message["usage"], "output_tokens": 1}}
         self._event("message_start", {"type": "message_start", "message": start})
         if turn.get("stall"):
@@ -442,10 +449,10 @@ class Handler(BaseHTTPRequestHandler):
         for index, block in enumerate(message["content"]):
             if block["type"] == "text":
                 self._event("content_block_start", _block_start(index, {"type": "text", "text": ""}))
-                for piece in _chunks(block["text"]):
+                for piece in _words(block["text"]) if pace else _chunks(block["text"]):
                     self._event("content_block_delta", _delta(index, {"type": "text_delta", "text": piece}))
-                    if chunk_delay:
-                        time.sleep(chunk_delay)
+                    if chunk_delay or pace:
+                        time.sleep(pace or chunk_delay)
             elif block["type"] == "tool_use":
                 self._event("content_block_start", _block_start(index, {**block, "input": {}}))
                 self._event(
@@ -487,6 +494,11 @@ def _block_start(index: int, block: dict[str, Any]) -> dict[str, Any]:
 
 def _delta(index: int, delta: dict[str, Any]) -> dict[str, Any]:
     return {"type": "content_block_delta", "index": index, "delta": delta}
+
+
+def _words(text: str) -> list[str]:
+    """The text in words, each with the spaces after it."""
+    return re.findall(r"\S+\s*|\s+", text)
 
 
 def _chunks(text: str, size: int = 24) -> list[str]:
