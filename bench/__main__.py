@@ -5,8 +5,10 @@ tuned settings), the fake Messages API server in its own process, one worker pro
 per contender, then runs the scenarios and writes `benchmarks.md` and the history plot
 to `--out` (default docs/generated/). Then, for reference, the same contenders once more on a
 dev server with Temporal's default settings (one session; round trips of the server
-alone on both). `--scale` adds 1,000 sessions at once with a slow model. Every process
-it starts is stopped by its PID at the end.
+alone on both). The economy scenario measures what a step costs in Temporal Cloud's
+billable actions and in history with a model writing at a real model's pace
+(bench/economy.py). `--scale` adds 1,000 sessions at once with a slow model. Every
+process it starts is stopped by its PID at the end.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from devservers import temporal_server
-from bench import probe, report, scenarios
+from bench import economy, probe, report, scenarios
 from bench.contenders import CORE, OPTIONAL, FakeModel, make
 from bench.procs import ROOT, Child
+
+
+DEFAULT_SCENARIOS = "single,many,history,economy"
 
 
 def parse() -> argparse.Namespace:
@@ -37,8 +42,8 @@ def parse() -> argparse.Namespace:
         "--out", type=Path, default=ROOT / "docs" / "generated", help="where the page and plot go"
     )
     parser.add_argument("--only", help="comma-separated contenders (default: all available)")
-    parser.add_argument("--scenarios", default="single,many,history",
-                        help="which scenarios to run (single, many, history, scale)")  # fmt: skip
+    parser.add_argument("--scenarios", default=DEFAULT_SCENARIOS,
+                        help="which scenarios to run (single, many, history, scale, economy)")  # fmt: skip
     parser.add_argument("--scale", action="store_true", help="add the scale scenario (1,000 sessions, slow model)")
     parser.add_argument("--server", choices=("tuned", "default"), default="tuned",
                         help="the dev server's settings for the main run (default: tuned)")  # fmt: skip
@@ -73,6 +78,10 @@ async def run(args: argparse.Namespace) -> Path:
     if args.many_reps:
         cfg = replace(cfg, many_reps=args.many_reps)
     which = {s.strip() for s in args.scenarios.split(",")} | ({"scale"} if args.scale else set())
+    known = ("single", "many", "history", "scale", "economy")
+    if unknown := which - set(known):
+        raise SystemExit(f"unknown scenarios: {', '.join(sorted(unknown))}; choose from {', '.join(known)}")
+    main_run = bool(which & {"single", "many", "history"})  # the contenders side by side, then the reference
     work = Path(tempfile.mkdtemp(prefix="bench-"))
     env = {**os.environ, "AGENT_DATA_DIR": str(work / "data"), "PYTHONPATH": str(ROOT),
            "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
@@ -98,10 +107,11 @@ async def run(args: argparse.Namespace) -> Path:
             f"fake model {fake.url} (pid {fake_child.pid})")  # fmt: skip
         results.probe[args.server] = await probe.round_trips(server.address)
         log(f"  server round trips: {_round_trips(results.probe[args.server])}")
-        for key in keys:
+        for key in keys if main_run else []:
             contenders.append(await make(key, server.address, fake.url, env, work, server.pid))
             log(f"started {key} (pid {contenders[-1].child.pid})")
-        await scenarios.warm_up(contenders, fake, log)
+        if main_run:
+            await scenarios.warm_up(contenders, fake, log)
         if "single" in which:
             log(f"one session of {cfg.single_steps} steps, {cfg.single_reps} repetitions")
             await scenarios.single(contenders, fake, cfg, results, log)
@@ -120,8 +130,12 @@ async def run(args: argparse.Namespace) -> Path:
                                          scenarios.SCALE_WORKER, log_name="project-scale"))  # fmt: skip
             await scenarios.scale(contenders[-1], fake, cfg, results, log, work / "tool-calls.log")
             _stop(contenders)
+        if "economy" in which:
+            log(f"economy: {cfg.economy_calls} model calls a session, {cfg.economy_words} words a turn at "
+                f"{cfg.economy_pace_s * 1000:g} ms a word, {cfg.economy_reps} sessions per row, one at a time")  # fmt: skip
+            await economy.run(keys, server.address, server, fake, env, work, cfg, results, log)
         server.stop()
-        if tuned and not args.no_reference:
+        if tuned and not args.no_reference and main_run:
             server = temporal_server.start(log_file=work / "temporal-default.log", tuned=False, gomaxprocs=args.gomaxprocs)
             log(f"reference: dev server {server.address} (pid {server.pid}) with Temporal's default settings")
             results.probe["default"] = await probe.round_trips(server.address)
@@ -139,7 +153,8 @@ async def run(args: argparse.Namespace) -> Path:
             server.stop()
     meta = {
         "command": "python -m bench" + (" --quick" if args.quick else "") + (" --scale" if args.scale else "")
-        + (f" --many-reps {args.many_reps}" if args.many_reps else "") + (f" --only {args.only}" if args.only else ""),
+        + (f" --many-reps {args.many_reps}" if args.many_reps else "") + (f" --only {args.only}" if args.only else "")
+        + (f" --scenarios {args.scenarios}" if args.scenarios != DEFAULT_SCENARIOS else ""),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "duration_s": time.monotonic() - started,
         "quick": args.quick,

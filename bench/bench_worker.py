@@ -1,8 +1,9 @@
 """`python -m bench.bench_worker CONTENDER ADDRESS QUEUE FAKE_URL [OPTIONS]`: one contender's worker process.
 
 Contenders: `floor`, `project` (every tool a regular activity), `project-local` (the
-tool as a local activity), `pydantic-ai`. It prints "ready" once it polls, and stops on
-SIGTERM. The harness reads its peak memory and CPU time from /proc.
+tool as a local activity), `pydantic-ai`, `pydantic-ai-stream` (its agent with an event
+stream handler). It prints "ready" once it polls, and stops on SIGTERM. The harness reads
+its peak memory and CPU time from /proc.
 
 The options set this project's worker for many sessions at once (the scale scenario);
 without them every contender runs with the SDK's defaults (a workflow cache of 1000,
@@ -24,6 +25,7 @@ from worker import add_capacity_flags, capacity_options
 
 async def build(contender: str, address: str, queue: str, fake_url: str, options: dict) -> Worker:
     if contender == "floor":
+        os.environ["BENCH_FAKE_URL"] = fake_url  # its model activity's, when paced
         from bench.floor import FloorWorkflow, floor_model, floor_tool
 
         client = await Client.connect(address)
@@ -45,17 +47,19 @@ async def build(contender: str, address: str, queue: str, fake_url: str, options
         )
         tools = LOCAL if contender == "project-local" else REGULAR
         return build_worker(client, tools, queue=queue, model=model, **options)
-    if contender == "pydantic-ai":
+    if contender in ("pydantic-ai", "pydantic-ai-stream"):
         os.environ["BENCH_FAKE_URL"] = fake_url
         from pydantic_ai.durable_exec.temporal import AgentPlugin, PydanticAIPlugin
 
-        from bench.pai import temporal_agent
-        from bench.pai_workflow import PydanticAIBenchWorkflow
+        from bench.pai import temporal_agent, temporal_agent_stream
+        from bench.pai_workflow import PydanticAIBenchWorkflow, PydanticAIStreamBenchWorkflow
 
+        streamed = contender == "pydantic-ai-stream"
         client = await Client.connect(address, plugins=[PydanticAIPlugin()])
         return Worker(
-            client, task_queue=queue, workflows=[PydanticAIBenchWorkflow], plugins=[AgentPlugin(temporal_agent)]
-        )
+            client, task_queue=queue, workflows=[PydanticAIStreamBenchWorkflow if streamed else PydanticAIBenchWorkflow],
+            plugins=[AgentPlugin(temporal_agent_stream if streamed else temporal_agent)],
+        )  # fmt: skip
     raise SystemExit(f"unknown contender {contender!r}")
 
 

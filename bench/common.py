@@ -53,6 +53,28 @@ def script_turns(session: str, steps: int, size: int, delay: float = 0) -> list[
     return turns
 
 
+def prose(words: int, seed: int) -> str:
+    """`words` words of filler text (a model's prose, for the paced turns)."""
+    return " ".join(WORDS[(seed * 7 + i * 5) % len(WORDS)] for i in range(words))
+
+
+def paced_turns(session: str, calls: int, words: int, pace: float, size: int = SMALL_OUTPUT) -> list[dict[str, Any]]:
+    """`calls` model turns at a model's pace: each writes `words` words, `pace` seconds a
+    word (streamed or not, see devservers/fakemodel), and asks for one tool call, but the
+    last, which answers. With `words=0` the same steps answer at once, without text."""
+    turns: list[dict[str, Any]] = []
+    for i in range(1, calls + 1):
+        last = i == calls
+        text = ("Done: " if last else f"Step {i}: ") + prose(words - 2, i) if words else ("Done." if last else "")
+        turn: dict[str, Any] = {"text": text, "usage": {"input_tokens": 100, "output_tokens": max(10, words * 4 // 3)}}
+        if words:
+            turn["pace"] = pace
+        if not last:
+            turn["tool_calls"] = [{"name": TOOL_NAME, "input": {"query": f"{session} q{i}", "size": size}}]
+        turns.append(turn)
+    return turns
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100)."""
     if not values:

@@ -294,20 +294,21 @@ def new_session(prefix: str) -> str:
 
 async def make(key: str, address: str, fake_url: str, env: dict[str, str], logs: Path,
                server_pid: int | None = None, worker_args: tuple[str, ...] = (), log_name: str | None = None,
-               ) -> Contender:  # fmt: skip
-    """Start the contender's process and the client that drives it."""
-    contender = await _make(key, address, fake_url, env, logs / f"{log_name or key}.log", worker_args)
+               defaults: bool = False) -> Contender:  # fmt: skip
+    """Start the contender's process and the client that drives it. `defaults` runs this
+    project's worker with its own defaults (no `PROJECT_WORKER` flags)."""
+    contender = await _make(key, address, fake_url, env, logs / f"{log_name or key}.log", worker_args, defaults)
     contender.server_pid = server_pid
     return contender
 
 
 async def _make(key: str, address: str, fake_url: str, env: dict[str, str], log: Path,
-                worker_args: tuple[str, ...]) -> Contender:  # fmt: skip
+                worker_args: tuple[str, ...], defaults: bool = False) -> Contender:  # fmt: skip
     queue = f"bench-{key}-{uuid.uuid4().hex[:6]}"
     if key == "plain":
         child = Child(key, ["-m", "bench.plain", fake_url], env, log, stdin=True)
     else:
-        if key.startswith("project") and "--sticky-timeout" not in worker_args:
+        if key.startswith("project") and "--sticky-timeout" not in worker_args and not defaults:
             worker_args = (*PROJECT_WORKER, *worker_args)
         child = Child(key, ["-m", "bench.bench_worker", key, address, queue, fake_url, *worker_args], env, log)
     ready = await asyncio.wait_for(asyncio.to_thread(child.wait_line), 120)
@@ -322,7 +323,7 @@ async def _make(key: str, address: str, fake_url: str, env: dict[str, str], log:
         from infra.connection import connect
 
         return ProjectContender(key, child, queue, await connect(target_host=address))
-    if key == "pydantic-ai":
+    if key in ("pydantic-ai", "pydantic-ai-stream"):
         from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 
         client = await Client.connect(address, plugins=[PydanticAIPlugin()])

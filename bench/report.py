@@ -206,6 +206,171 @@ def scale_section(results: Results, cfg: Config) -> list[str]:
     return L
 
 
+def _per_step(found: list[dict[str, Any]], value, calls: int) -> list[float]:
+    """One value a step per measured session (failed sessions left out)."""
+    out = []
+    for m in found:
+        v = value(m)
+        if not m.get("error") and v is not None:
+            out.append(v / max(calls, 1))
+    return out
+
+
+def _median(values: list[float]) -> float:
+    return spread(values)[1]
+
+
+def economy_figures(results: Results, cfg: Config) -> dict[str, dict[str, list[float]]]:
+    """row -> figure -> one value a step per session: actions and their kinds, events, bytes."""
+    from bench.actions import Actions
+
+    kinds = list(Actions().as_dict())
+    figures: dict[str, dict[str, list[float]]] = {}
+    for row, found in results.economy.items():
+        calls = cfg.economy_calls
+        f = {kind: _per_step(found, lambda m, k=kind: m["actions"][k], calls) for kind in kinds}
+        f["events"] = _per_step(found, lambda m: m["events"], calls)
+        f["kb"] = _per_step(found, lambda m: m["json_bytes"] and m["json_bytes"] / 1000, calls)
+        f["server"] = _per_step(found, lambda m: m["server_actions"], calls)
+        f["queries"] = _per_step(found, lambda m: m["queries"], calls)
+        f["step_s"] = [m["step_s"] for m in found if not m.get("error") and m.get("step_s") is not None]
+        f["gap_ms"] = [m["gap_ms"] for m in found if not m.get("error") and m.get("gap_ms") is not None]
+        figures[row] = f
+    return figures
+
+
+def economy_goals(results: Results, cfg: Config) -> list[str]:
+    """The goal rows of the economy scenario (issue: a step costs what its work costs)."""
+    if not results.economy:
+        return []
+    fig = economy_figures(results, cfg)
+    L: list[str] = []
+    project, instant, watched = fig.get("project"), fig.get("project-instant"), fig.get("project-watched")
+    if project:
+        for figure, limit, what in (("total", 3, "billable actions"), ("events", 15, "history events")):
+            values = project[figure]
+            L.append(f"| at most {limit} {what} a step, streamed at a model's pace, nobody watching (project) | "
+                     f"{_cell(values)} | {_verdict(values, limit, True)} |")  # fmt: skip
+        if instant and project["kb"] and instant["kb"]:
+            ratio = [_median(project["kb"]) / _median(instant["kb"])]
+            L.append(f"| history bytes a step ≤ 1.3 × those of the same steps answered at once without text "
+                     f"(project) | {_fmt(_median(project['kb']))} KB ÷ {_fmt(_median(instant['kb']))} KB: "
+                     f"{ratio[0]:.2f} | {_verdict(ratio, 1.3, True)} |")  # fmt: skip
+        if watched and project["total"] and watched["total"]:
+            added = [_median(watched["total"]) - _median(project["total"])]
+            L.append(f"| watching ({cfg.economy_watchers} `watch --json` followers) costs at most 2 more actions a "
+                     f"step | {_fmt(added[0])} | {_verdict(added, 2, True)} |")  # fmt: skip
+    return L
+
+
+def merge_economy(page: Path, results: Results, cfg: Config, meta: dict[str, Any]) -> Path:
+    """The page with its economy section replaced (or added) by this run's, the rest kept."""
+    old = page.read_text()
+    section = "\n".join(economy_section(results, cfg, meta, separate=True)).rstrip("\n") + "\n\n"
+    start = old.find("\n## Economy:")
+    if start >= 0:
+        end = old.find("\n## ", start + 1)
+        new = old[: start + 1] + section + (old[end + 1 :] if end >= 0 else "")
+    else:
+        anchors = ("\n## The same work on a server", "\n## History size", "\n## Machine and versions")
+        at = next((i for i in (old.find(a) for a in anchors) if i >= 0), len(old) - 1)
+        new = old[: at + 1] + section + old[at + 1 :]
+    page.write_text(new)
+    return page
+
+
+def economy_section(results: Results, cfg: Config, meta: dict[str, Any], separate: bool = False) -> list[str]:
+    """The economy scenario's table, what watching adds and its goals; `separate` when the
+    rest of the page comes from another run (the section then says which run it is)."""
+    if not results.economy:
+        return []
+    from bench.economy import ROWS
+
+    fig = economy_figures(results, cfg)
+    turn_s = cfg.economy_words * cfg.economy_pace_s
+    L = ["## Economy: a step at a real model's pace, in billable actions and history", ""]
+    if separate:
+        commit = next((v[2:] for v in meta.get("versions") or [] if v.startswith("- project commit")), "")
+        L.append(f"*From a run of its own: `{meta['command']}` on {meta['date']} in {meta['duration_s'] / 60:.1f} "
+                 f"minutes (load average {meta.get('load_start', 'unknown')} at the start, "
+                 f"{meta.get('load', 'unknown')} at the end){', ' + commit if commit else ''}; the rest of this page "
+                 "comes from the run named at its top.*")  # fmt: skip
+        L.append("")
+    L.append(
+        f"Sessions of {cfg.economy_calls} model calls; each turn writes {cfg.economy_words} words at "
+        f"{cfg.economy_pace_s * 1000:g} ms a word (about {turn_s:g} s, streamed to whoever streams, the same time "
+        "to whoever does not), and each but the last asks for one regular tool call (`lookup`); a step is one "
+        "model call and the tool call it asks for, and every figure below is per step. "
+        f"{cfg.economy_reps} session{'s' if cfg.economy_reps != 1 else ''} per row, one at a time, each row's in turn (bench/economy.py). This "
+        "project runs as a user runs it: its worker with its own defaults (the 1 s sticky timeout included), "
+        "sessions started as `client.py start` starts them, streaming on.")  # fmt: skip
+    L.append("")
+    L.append(
+        "Actions are Temporal Cloud's billable actions (docs: \"Temporal Cloud Actions\"), counted by "
+        "bench/actions.py from each session's history, with two kinds history does not hold read from the dev "
+        "server's Prometheus counters before and after each session: the activity heartbeats that reached the "
+        "server (`service_requests{operation=\"RecordActivityTaskHeartbeat\"}`) and rejected updates. Queries "
+        "are not counted (Cloud bills them too; the figure is what the session itself causes). Events and bytes "
+        "are the session's history; bytes as `temporal workflow show --output json` prints it. The server's "
+        "counter is the dev server's own `action` metric over the same window, queries left out: it follows the "
+        "open-source server's rules, which count a few things differently (a search-attribute upsert for "
+        "`TemporalChangeVersion`, memo changes). Step time is from one model request's arrival at the model "
+        "server to the next; the gap, from a turn's last byte to the next request: the tool call and the "
+        "orchestration around it.")  # fmt: skip
+    L.append("")
+    L.append("| row | actions / step | activities | heartbeats | signals | updates (+ rejected) | local-activity "
+             "batches | timers | upserts | starts | events / step | history, KB / step | step, s | gap, ms | "
+             "server's counter / step |")  # fmt: skip
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for row in ROWS:
+        f = fig.get(row.key)
+        if f is None:
+            continue
+        if not f["total"]:
+            errors = "; ".join(m["error"] for m in results.economy[row.key] if m.get("error"))[:200]
+            L.append(f"| {row.key} | failed: {errors.replace('|', '/')} |" + " |" * 13)
+            continue
+        m = {k: _fmt(_median(v), 1) for k, v in f.items()}
+        activities = _median(f["activities"]) + _median(f["activity_retries"])
+        updates = m["updates"] + (f" (+ {m['rejected_updates']})" if _median(f["rejected_updates"]) else "")
+        L.append(f"| {row.key} | {_cell(f['total'])} | {_fmt(activities)} | {m['heartbeats']} | {m['signals']} | "
+                 f"{updates} | {m['local_activity_batches']} | {m['timers']} | {m['upserts']} | {m['starts']} | "
+                 f"{_cell(f['events'])} | {_cell(f['kb'])} | {_cell(f['step_s'], 2)} | {_cell(f['gap_ms'], 0)} | "
+                 f"{m['server']} |")  # fmt: skip
+    L.append("")
+    for row in ROWS:
+        if row.key in fig:
+            L.append(f"- **{row.key}**: {row.label}.")
+    L.append("")
+    project, watched = fig.get("project"), fig.get("project-watched")
+    if project and watched and project["total"] and watched["total"]:
+        added = {k: _median(watched[k]) - _median(project[k]) for k in ("total", "updates", "rejected_updates",
+                                                                        "signals", "events", "kb", "queries")}  # fmt: skip
+        lines = [m.get("watcher_lines", 0) for m in results.economy["project-watched"] if not m.get("error")]
+        L.append(
+            f"What watching adds: {cfg.economy_watchers} `client.py watch ID --json` processes, started with the "
+            f"session, add **{_fmt(added['total'])} actions a step** ({_fmt(added['updates'])} accepted and "
+            f"{_fmt(added['rejected_updates'])} rejected updates, {_fmt(added['signals'])} signals), "
+            f"{_fmt(added['events'])} events and {_fmt(added['kb'])} KB of history a step, and "
+            f"{_fmt(added['queries'])} queries a step (not counted above); the followers printed "
+            f"{_fmt(_median([float(x) for x in lines]) if lines else float('nan'), 0)} lines each session, in all.")  # fmt: skip
+        L.append("")
+    goals = economy_goals(results, cfg)
+    if goals:
+        L.append("Against the goals of a step that costs what its work costs:")
+        L.append("")
+        L.append("| goal | measured | verdict |")
+        L.append("|---|---|---|")
+        L.extend(goals)
+        L.append("")
+    for row, found in results.economy.items():
+        bad = [m["error"] for m in found if m.get("error")]
+        if bad:
+            L.append(f"Failed in {row}: {len(bad)} of {len(found)} sessions ({bad[0][:160]}).")
+            L.append("")
+    return L
+
+
 def server_section(results: Results, cfg: Config, keys: list[str], meta: dict[str, Any]) -> list[str]:
     if not results.probe and not results.reference:
         return []
@@ -241,9 +406,14 @@ def server_section(results: Results, cfg: Config, keys: list[str], meta: dict[st
 
 
 def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[str, Any]) -> Path:
+    """The page, written whole; a run of the economy scenario alone replaces only that
+    section of an existing page (`merge_economy`)."""
     out.mkdir(parents=True, exist_ok=True)
     page = out / "benchmarks.md"
-    has_plot = plot(results, out / PLOT_NAME)
+    main = bool(results.single or results.many or results.history or results.reference)
+    if not main and results.economy and page.exists():
+        return merge_economy(page, results, cfg, meta)
+    has_plot = plot(results, out / PLOT_NAME) if results.history else False
     L: list[str] = []
     add = L.append
     add("# Benchmarks: the cost of durability per step")
@@ -253,196 +423,205 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
         "the benchmark's own processes included); "
         "every contender ran the same work in the same invocation, on the machine below. "
         "The model is the project's fake Messages API server answering at once, so only the "
-        "orchestration is measured. Absolute times vary between runs on a shared machine: read the "
-        "ratios, which compare runs made moments apart (each repetition runs every contender, in a "
-        "rotating order, and a ratio is taken within a repetition). Cells show the median over "
+        "orchestration is measured (but in the economy scenario, where it writes at a model's pace). "
+        "Absolute times vary between runs on a shared machine: read the ratios, which compare runs "
+        "made moments apart (each repetition runs every contender, in a rotating order, and a ratio "
+        "is taken within a repetition). Cells show the median over "
         "repetitions and, in parentheses, the minimum and maximum.")  # fmt: skip
     add("")
     if meta.get("quick"):
         add("**This is a quick smoke run (`--quick`): small sizes, few repetitions; not for conclusions.**")
         add("")
-    add("## Contenders")
-    add("")
-    descriptions = {
-        "plain": "an in-process asyncio loop: the `anthropic` client, the tool called directly, no durability",
-        "floor": "a workflow running one no-op activity per model call and one per tool call (the tool one "
-                 "returns the tool's output), nothing else: the least a Temporal loop costs",
-        "project": "`AgentWorkflow` with the tool as a regular activity (`@tool(policy=\"read_only\")`)",
-        "project-local": "`AgentWorkflow` with the tool as a local activity (`@tool(policy=\"read_only\", local=True)`)",
-        "pydantic-ai": "Pydantic AI's `TemporalAgent` (`pydantic-ai-slim[anthropic,temporal]`), its "
-                       "`AnthropicModel` on the same fake server; the tool is its default tool activity",
-    }  # fmt: skip
-    for key in keys:
-        add(f"- **{key}**: {descriptions[key]}.")
-    add("")
-    add("All of them use the same tool (`lookup`, returning text of a requested size), the real `anthropic` "
-        "client (no streaming) against the same fake server, and one worker process each with the SDK's "
-        "default worker options, the 10 s sticky-queue timeout included (this project's as `worker.build_worker` "
-        "makes it, with `--sticky-timeout 10`: its own default of 1 s is for quick failover, see bench/analysis.md; "
-        "its workflow outside Temporal's sandbox; the floor's and Pydantic AI's workflows in the SDK's "
-        "default sandbox), on one local Temporal dev server (`temporal server start-dev`, its default in-memory "
-        "store: with a database file, every step waits on disk writes and all Temporal contenders slow down "
-        f"alike, about 4 times here) with {_server_words(meta)}. This project runs as its client starts "
-        "sessions on the bundled dev server (search attributes on), with `stream=False` like the others. "
-        f"Each measured run starts after a {cfg.settle_s:g} s pause (see bench/scenarios.py). CPU per step is "
-        "the CPU time (user + system, all threads, from /proc) the contender's worker process and the "
-        "Temporal server used during the run, divided by the steps it made; the fake model server and the "
-        "harness that starts the sessions are not counted.")  # fmt: skip
-    add("")
+    if main:
+        add("## Contenders")
+        add("")
+        descriptions = {
+            "plain": "an in-process asyncio loop: the `anthropic` client, the tool called directly, no durability",
+            "floor": "a workflow running one no-op activity per model call and one per tool call (the tool one "
+                     "returns the tool's output), nothing else: the least a Temporal loop costs",
+            "project": "`AgentWorkflow` with the tool as a regular activity (`@tool(policy=\"read_only\")`)",
+            "project-local": "`AgentWorkflow` with the tool as a local activity (`@tool(policy=\"read_only\", local=True)`)",
+            "pydantic-ai": "Pydantic AI's `TemporalAgent` (`pydantic-ai-slim[anthropic,temporal]`), its "
+                           "`AnthropicModel` on the same fake server; the tool is its default tool activity",
+        }  # fmt: skip
+        for key in keys:
+            add(f"- **{key}**: {descriptions[key]}.")
+        add("")
+        add("All of them use the same tool (`lookup`, returning text of a requested size), the real `anthropic` "
+            "client (no streaming) against the same fake server, and one worker process each with the SDK's "
+            "default worker options, the 10 s sticky-queue timeout included (this project's as `worker.build_worker` "
+            "makes it, with `--sticky-timeout 10`: its own default of 1 s is for quick failover, see bench/analysis.md; "
+            "its workflow outside Temporal's sandbox; the floor's and Pydantic AI's workflows in the SDK's "
+            "default sandbox), on one local Temporal dev server (`temporal server start-dev`, its default in-memory "
+            "store: with a database file, every step waits on disk writes and all Temporal contenders slow down "
+            f"alike, about 4 times here) with {_server_words(meta)}. This project runs as its client starts "
+            "sessions on the bundled dev server (search attributes on), with `stream=False` like the others. "
+            f"Each measured run starts after a {cfg.settle_s:g} s pause (see bench/scenarios.py). CPU per step is "
+            "the CPU time (user + system, all threads, from /proc) the contender's worker process and the "
+            "Temporal server used during the run, divided by the steps it made; the fake model server and the "
+            "harness that starts the sessions are not counted.")  # fmt: skip
+        add("")
     if meta.get("skipped"):
         add(f"Not run: {meta['skipped']}.")
         add("")
 
     # goals
-    add("## Where the project stands")
-    add("")
-    add("| goal | measured | verdict |")
-    add("|---|---|---|")
-    single_over = results.single.get("overhead_ms", {})
-    single_med = results.single.get("median_ms", {})
-    thr = results.many.get("steps_per_s", {})
-    cpu = results.many.get("cpu_ms", {})
-    if "pydantic-ai" in keys:
-        for variant in ("project", "project-local"):
-            r = goal_ratio(single_over, variant, "pydantic-ai")
-            add(f"| per-step overhead over the plain loop ≤ 0.5 × Pydantic AI's ({variant}) | {_ratio_cell(r)} | "
-                f"{_verdict(r, 0.5, True)} |")  # fmt: skip
-    r = goal_ratio(single_med, "project", "floor")
-    add(f"| per-step time ≤ 1.2 × the floor (project) | {_ratio_cell(r)} | {_verdict(r, 1.2, True)} |")
-    r = goal_ratio(single_med, "project-local", "floor")
-    if r:
-        add(f"| (the same, project-local) | {_ratio_cell(r)} | {_verdict(r, 1.2, True)} |")
-    if "pydantic-ai" in keys:
-        for variant in ("project", "project-local"):
-            r = goal_ratio(thr, variant, "pydantic-ai")
-            add(f"| {cfg.many_sessions}-session throughput ≥ 2 × Pydantic AI's ({variant}) | {_ratio_cell(r)} | "
-                f"{_verdict(r, 2.0, False)} |")  # fmt: skip
-        r = goal_ratio(thr, "floor", "pydantic-ai")
-        if r:
-            add(f"| (the floor's throughput over Pydantic AI's, for reference) | {_ratio_cell(r)} | |")
-        for variant in ("project", "project-local"):
-            r = goal_ratio(cpu, variant, "pydantic-ai")
-            add(f"| worker + server CPU per step ≤ 0.6 × Pydantic AI's, {cfg.many_sessions} sessions ({variant}) | "
-                f"{_ratio_cell(r)} | {_verdict(r, 0.6, True)} |")  # fmt: skip
-    sc = results.scale
-    if sc:
-        ok = sc["completed"] == sc["sessions"]
-        add(f"| {sc['sessions']:,} sessions of {sc['steps']} steps complete, nothing lost | "
-            f"{sc['completed']:,} of {sc['sessions']:,} | {'**met**' if ok else '**not met**'} |")  # fmt: skip
-        ratio = sc["gap_p99_ms"] / sc["gap_p50_ms"] if sc["gap_p50_ms"] else float("nan")
-        verdict = "**met**" if ratio <= 3 else "**not met**" if ratio == ratio else "not measured"
-        add(f"| p99 orchestration gap under that load ≤ 3 × its p50 | p50 {_fmt(sc['gap_p50_ms'])} ms, "
-            f"p99 {_fmt(sc['gap_p99_ms'])} ms: {ratio:.2f} | {verdict} |")  # fmt: skip
-    lo_n, hi_n = min(cfg.history_steps), max(cfg.history_steps)
-    for key in ("project", "project-local"):
-        found = results.history.get(key, {})
-        if found.get(lo_n, {}).get("json") and found.get(hi_n, {}).get("json"):
-            growth = (found[hi_n]["json"] / hi_n) / (found[lo_n]["json"] / lo_n)
-            verdict = "**met**" if growth <= 1.15 else "**not met**"
-            add(f"| history bytes per step flat ({key}): per step at {hi_n} ÷ per step at {lo_n} | "
-                f"{growth:.2f} | {verdict} |")  # fmt: skip
-    add("")
-    add("Per-step overhead is a contender's median step time minus the plain loop's median step time in the "
-        "same repetition. \"Flat\" means the bytes recorded per step do not grow with the session's length "
-        "(a ratio within 1.15).")  # fmt: skip
-    add("")
+    if main or results.scale:
+        add("## Where the project stands")
+        add("")
+        add("| goal | measured | verdict |")
+        add("|---|---|---|")
+        single_over = results.single.get("overhead_ms", {})
+        single_med = results.single.get("median_ms", {})
+        thr = results.many.get("steps_per_s", {})
+        cpu = results.many.get("cpu_ms", {})
+        if "pydantic-ai" in keys and results.single:
+            for variant in ("project", "project-local"):
+                r = goal_ratio(single_over, variant, "pydantic-ai")
+                add(f"| per-step overhead over the plain loop ≤ 0.5 × Pydantic AI's ({variant}) | {_ratio_cell(r)} | "
+                    f"{_verdict(r, 0.5, True)} |")  # fmt: skip
+        if results.single:
+            r = goal_ratio(single_med, "project", "floor")
+            add(f"| per-step time ≤ 1.2 × the floor (project) | {_ratio_cell(r)} | {_verdict(r, 1.2, True)} |")
+            r = goal_ratio(single_med, "project-local", "floor")
+            if r:
+                add(f"| (the same, project-local) | {_ratio_cell(r)} | {_verdict(r, 1.2, True)} |")
+        if "pydantic-ai" in keys and results.many:
+            for variant in ("project", "project-local"):
+                r = goal_ratio(thr, variant, "pydantic-ai")
+                add(f"| {cfg.many_sessions}-session throughput ≥ 2 × Pydantic AI's ({variant}) | {_ratio_cell(r)} | "
+                    f"{_verdict(r, 2.0, False)} |")  # fmt: skip
+            r = goal_ratio(thr, "floor", "pydantic-ai")
+            if r:
+                add(f"| (the floor's throughput over Pydantic AI's, for reference) | {_ratio_cell(r)} | |")
+            for variant in ("project", "project-local"):
+                r = goal_ratio(cpu, variant, "pydantic-ai")
+                add(f"| worker + server CPU per step ≤ 0.6 × Pydantic AI's, {cfg.many_sessions} sessions ({variant}) | "
+                    f"{_ratio_cell(r)} | {_verdict(r, 0.6, True)} |")  # fmt: skip
+        sc = results.scale
+        if sc:
+            ok = sc["completed"] == sc["sessions"]
+            add(f"| {sc['sessions']:,} sessions of {sc['steps']} steps complete, nothing lost | "
+                f"{sc['completed']:,} of {sc['sessions']:,} | {'**met**' if ok else '**not met**'} |")  # fmt: skip
+            ratio = sc["gap_p99_ms"] / sc["gap_p50_ms"] if sc["gap_p50_ms"] else float("nan")
+            verdict = "**met**" if ratio <= 3 else "**not met**" if ratio == ratio else "not measured"
+            add(f"| p99 orchestration gap under that load ≤ 3 × its p50 | p50 {_fmt(sc['gap_p50_ms'])} ms, "
+                f"p99 {_fmt(sc['gap_p99_ms'])} ms: {ratio:.2f} | {verdict} |")  # fmt: skip
+        lo_n, hi_n = min(cfg.history_steps), max(cfg.history_steps)
+        for key in ("project", "project-local"):
+            found = results.history.get(key, {})
+            if found.get(lo_n, {}).get("json") and found.get(hi_n, {}).get("json"):
+                growth = (found[hi_n]["json"] / hi_n) / (found[lo_n]["json"] / lo_n)
+                verdict = "**met**" if growth <= 1.15 else "**not met**"
+                add(f"| history bytes per step flat ({key}): per step at {hi_n} ÷ per step at {lo_n} | "
+                    f"{growth:.2f} | {verdict} |")  # fmt: skip
+        add("")
+        if main:
+            add("Per-step overhead is a contender's median step time minus the plain loop's median step time in the "
+                "same repetition. \"Flat\" means the bytes recorded per step do not grow with the session's length "
+                "(a ratio within 1.15).")  # fmt: skip
+            add("")
 
     # single
-    add(f"## One session, {cfg.single_steps} steps, one tool call per step")
-    add("")
-    add(f"Step time: from one model call's arrival at the model server to the next one's (model call, tool call "
-        f"and all the orchestration between), over the {cfg.single_steps} steps of the session; "
-        f"{cfg.single_reps} repetitions. For the floor, from one no-op model activity's start to the next.")  # fmt: skip
-    add("")
-    add("| contender | median step, ms | p99 step, ms | mean (wall ÷ steps), ms | overhead over plain, ms "
-        "| worker CPU / step, ms | server CPU / step, ms |")  # fmt: skip
-    add("|---|---|---|---|---|---|---|")
-    for key in keys:
-        t = results.single
-        add(f"| {key} | {_cell(t.get('median_ms', {}).get(key, []))} | {_cell(t.get('p99_ms', {}).get(key, []))} | "
-            f"{_cell(t.get('mean_ms', {}).get(key, []))} | "
-            f"{_cell(t.get('overhead_ms', {}).get(key, [])) if key != 'plain' else '0'} | "
-            f"{_cell(t.get('worker_cpu_ms', {}).get(key, []))} | "
-            f"{_cell(t.get('server_cpu_ms', {}).get(key, [])) if key != 'plain' else '–'} |")  # fmt: skip
-    for figure, title in (("median_ms", "median step time"), ("p99_ms", "p99 step time"),
-                          ("overhead_ms", "per-step overhead over the plain loop")):  # fmt: skip
-        if figure in results.single:
-            add("")
-            add(f"Ratios, {title} (row ÷ column; below 1 the row is faster):")
-            add("")
-            L.extend(ratio_matrix(results.single[figure], keys))
-    add("")
+    if results.single:
+        add(f"## One session, {cfg.single_steps} steps, one tool call per step")
+        add("")
+        add(f"Step time: from one model call's arrival at the model server to the next one's (model call, tool call "
+            f"and all the orchestration between), over the {cfg.single_steps} steps of the session; "
+            f"{cfg.single_reps} repetitions. For the floor, from one no-op model activity's start to the next.")  # fmt: skip
+        add("")
+        add("| contender | median step, ms | p99 step, ms | mean (wall ÷ steps), ms | overhead over plain, ms "
+            "| worker CPU / step, ms | server CPU / step, ms |")  # fmt: skip
+        add("|---|---|---|---|---|---|---|")
+        for key in keys:
+            t = results.single
+            add(f"| {key} | {_cell(t.get('median_ms', {}).get(key, []))} | {_cell(t.get('p99_ms', {}).get(key, []))} | "
+                f"{_cell(t.get('mean_ms', {}).get(key, []))} | "
+                f"{_cell(t.get('overhead_ms', {}).get(key, [])) if key != 'plain' else '0'} | "
+                f"{_cell(t.get('worker_cpu_ms', {}).get(key, []))} | "
+                f"{_cell(t.get('server_cpu_ms', {}).get(key, [])) if key != 'plain' else '–'} |")  # fmt: skip
+        for figure, title in (("median_ms", "median step time"), ("p99_ms", "p99 step time"),
+                              ("overhead_ms", "per-step overhead over the plain loop")):  # fmt: skip
+            if figure in results.single:
+                add("")
+                add(f"Ratios, {title} (row ÷ column; below 1 the row is faster):")
+                add("")
+                L.extend(ratio_matrix(results.single[figure], keys))
+        add("")
 
     # many
-    add(f"## {cfg.many_sessions} sessions at once, {cfg.many_steps} steps each")
-    add("")
-    add(f"All sessions are started together; throughput is the {cfg.many_sessions * cfg.many_steps} steps over the "
-        f"wall time from the first start to the last result. Step latency as above, over every step of every "
-        f"session. Peak memory is the worker process's peak resident set (VmHWM, reset before each repetition); "
-        f"for the plain loop, its own process. {cfg.many_reps} repetitions.")  # fmt: skip
-    add("")
-    add("| contender | steps / s | median step, ms | p99 step, ms | worker peak RSS, MB |")
-    add("|---|---|---|---|---|")
-    for key in keys:
-        t = results.many
-        add(f"| {key} | {_cell(t.get('steps_per_s', {}).get(key, []))} | {_cell(t.get('median_ms', {}).get(key, []))} | "
-            f"{_cell(t.get('p99_ms', {}).get(key, []))} | {_cell(t.get('peak_rss_mb', {}).get(key, []), 0)} |")  # fmt: skip
-    add("")
-    add("CPU per step, milliseconds (the worker process and the Temporal server during the run, over its steps):")
-    add("")
-    add("| contender | worker | server | worker + server |")
-    add("|---|---|---|---|")
-    for key in keys:
-        t = results.many
-        add(f"| {key} | {_cell(t.get('worker_cpu_ms', {}).get(key, []))} | "
-            f"{_cell(t.get('server_cpu_ms', {}).get(key, [])) if key != 'plain' else '–'} | "
-            f"{_cell(t.get('cpu_ms', {}).get(key, []))} |")  # fmt: skip
-    for figure, title in (("steps_per_s", "throughput (above 1 the row is faster)"),
-                          ("p99_ms", "p99 step latency (below 1 the row is faster)"),
-                          ("cpu_ms", "worker + server CPU per step (below 1 the row is cheaper)"),
-                          ("peak_rss_mb", "worker peak memory")):  # fmt: skip
-        if figure in results.many:
-            add("")
-            add(f"Ratios, {title}, row ÷ column:")
-            add("")
-            L.extend(ratio_matrix(results.many[figure], keys))
-    add("")
+    if results.many:
+        add(f"## {cfg.many_sessions} sessions at once, {cfg.many_steps} steps each")
+        add("")
+        add(f"All sessions are started together; throughput is the {cfg.many_sessions * cfg.many_steps} steps over the "
+            f"wall time from the first start to the last result. Step latency as above, over every step of every "
+            f"session. Peak memory is the worker process's peak resident set (VmHWM, reset before each repetition); "
+            f"for the plain loop, its own process. {cfg.many_reps} repetitions.")  # fmt: skip
+        add("")
+        add("| contender | steps / s | median step, ms | p99 step, ms | worker peak RSS, MB |")
+        add("|---|---|---|---|---|")
+        for key in keys:
+            t = results.many
+            add(f"| {key} | {_cell(t.get('steps_per_s', {}).get(key, []))} | {_cell(t.get('median_ms', {}).get(key, []))} | "
+                f"{_cell(t.get('p99_ms', {}).get(key, []))} | {_cell(t.get('peak_rss_mb', {}).get(key, []), 0)} |")  # fmt: skip
+        add("")
+        add("CPU per step, milliseconds (the worker process and the Temporal server during the run, over its steps):")
+        add("")
+        add("| contender | worker | server | worker + server |")
+        add("|---|---|---|---|")
+        for key in keys:
+            t = results.many
+            add(f"| {key} | {_cell(t.get('worker_cpu_ms', {}).get(key, []))} | "
+                f"{_cell(t.get('server_cpu_ms', {}).get(key, [])) if key != 'plain' else '–'} | "
+                f"{_cell(t.get('cpu_ms', {}).get(key, []))} |")  # fmt: skip
+        for figure, title in (("steps_per_s", "throughput (above 1 the row is faster)"),
+                              ("p99_ms", "p99 step latency (below 1 the row is faster)"),
+                              ("cpu_ms", "worker + server CPU per step (below 1 the row is cheaper)"),
+                              ("peak_rss_mb", "worker peak memory")):  # fmt: skip
+            if figure in results.many:
+                add("")
+                add(f"Ratios, {title}, row ÷ column:")
+                add("")
+                L.extend(ratio_matrix(results.many[figure], keys))
+        add("")
 
     L.extend(scale_section(results, cfg))
+    L.extend(economy_section(results, cfg, meta))
     L.extend(server_section(results, cfg, keys, meta))
 
     # history
-    add(f"## History size: sessions of {', '.join(map(str, cfg.history_steps))} steps, "
-        f"{cfg.history_output // 1000} KB tool outputs")  # fmt: skip
-    add("")
-    add("History bytes are the session's event history as `handle.fetch_history()` gives it, serialized to JSON "
-        "(as `temporal workflow show --output json` prints it), summed over every run of the session when it "
-        "continued as new; protobuf bytes are the same events' wire size. For the plain loop, the transcript "
-        "itself (the JSON of its messages): the content a durable loop must keep somewhere.")  # fmt: skip
-    add("")
-    if has_plot:
-        add(f"![History bytes against steps]({PLOT_NAME})")
+    if results.history:
+        add(f"## History size: sessions of {', '.join(map(str, cfg.history_steps))} steps, "
+            f"{cfg.history_output // 1000} KB tool outputs")  # fmt: skip
         add("")
-    add("| contender | steps | history, MB (JSON) | per step, KB | protobuf, MB | events | runs | note |")
-    add("|---|---|---|---|---|---|---|---|")
-    for key in keys:
-        for n, v in sorted(results.history.get(key, {}).items()):
-            size = v["json"] or v["transcript"]
-            if not size:
-                add(f"| {key} | {n} | – | – | – | – | – | {v['error'] or ''} |")
-                continue
-            note = (v["error"] or "")[:160].replace("|", "/")
-            if key == "plain":
-                note = "transcript, not history"
-            add(f"| {key} | {n} | {size / 1e6:.2f} | {size / n / 1e3:.1f} | "
-                f"{(v['proto'] or 0) / 1e6:.2f} | {v['events'] or '–'} | {v['runs'] or '–'} | {note} |")  # fmt: skip
-    add("")
-    add(f"Ratios, history bytes at {hi_n} steps (row ÷ column):")
-    add("")
-    at_hi = {k: [(v.get(hi_n, {}).get("json") or v.get(hi_n, {}).get("transcript") or float("nan"))]
-             for k, v in results.history.items()}  # fmt: skip
-    L.extend(ratio_matrix(at_hi, keys))
-    add("")
+        add("History bytes are the session's event history as `handle.fetch_history()` gives it, serialized to JSON "
+            "(as `temporal workflow show --output json` prints it), summed over every run of the session when it "
+            "continued as new; protobuf bytes are the same events' wire size. For the plain loop, the transcript "
+            "itself (the JSON of its messages): the content a durable loop must keep somewhere.")  # fmt: skip
+        add("")
+        if has_plot:
+            add(f"![History bytes against steps]({PLOT_NAME})")
+            add("")
+        add("| contender | steps | history, MB (JSON) | per step, KB | protobuf, MB | events | runs | note |")
+        add("|---|---|---|---|---|---|---|---|")
+        for key in keys:
+            for n, v in sorted(results.history.get(key, {}).items()):
+                size = v["json"] or v["transcript"]
+                if not size:
+                    add(f"| {key} | {n} | – | – | – | – | – | {v['error'] or ''} |")
+                    continue
+                note = (v["error"] or "")[:160].replace("|", "/")
+                if key == "plain":
+                    note = "transcript, not history"
+                add(f"| {key} | {n} | {size / 1e6:.2f} | {size / n / 1e3:.1f} | "
+                    f"{(v['proto'] or 0) / 1e6:.2f} | {v['events'] or '–'} | {v['runs'] or '–'} | {note} |")  # fmt: skip
+        add("")
+        add(f"Ratios, history bytes at {hi_n} steps (row ÷ column):")
+        add("")
+        at_hi = {k: [(v.get(hi_n, {}).get("json") or v.get(hi_n, {}).get("transcript") or float("nan"))]
+                 for k, v in results.history.items()}  # fmt: skip
+        L.extend(ratio_matrix(at_hi, keys))
+        add("")
 
     if results.errors:
         add("## Failures seen in this run")
@@ -450,7 +629,7 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
         for e in results.errors[:20]:
             add(f"- {e}")
         add("")
-    if ANALYSIS.exists():
+    if ANALYSIS.exists() and main:  # its reading of the main scenarios' figures
         L.extend(ANALYSIS.read_text().rstrip().splitlines())
         add("")
     add("## Machine and versions")
@@ -462,8 +641,9 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
     add("")
     add("```bash")
     add(".venv/bin/pip install -e '.[bench]'   # Pydantic AI, matplotlib (py-spy, pyinstrument for profiling)")
-    add(".venv/bin/python -m bench             # about 10 minutes on 2 cores; writes this page and the plot")
+    add(".venv/bin/python -m bench             # about 25 minutes on 2 cores; writes this page and the plot")
     add(".venv/bin/python -m bench --quick     # a small smoke run")
+    add(".venv/bin/python -m bench --scenarios economy   # the economy scenario alone (about 13 minutes)")
     add("```")
     add("")
     add("`pydantic-ai-slim[anthropic,temporal]` installs alongside this project's pinned temporalio, anthropic "

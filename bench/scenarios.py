@@ -34,11 +34,20 @@ class Config:
     # steps show a 50 ms quantum. Every measured run starts after this pause, so each
     # starts alike on either server.
     settle_s: float = 3.0
+    # The economy scenario (bench/economy.py): model calls a session (each but the last
+    # asks for one tool call), words a turn, seconds a word, sessions per contender,
+    # followers of the watched session.
+    economy_calls: int = 5
+    economy_words: int = 120
+    economy_pace_s: float = 0.05
+    economy_reps: int = 3
+    economy_watchers: int = 5
 
 
 QUICK = Config(single_steps=10, single_reps=2, many_sessions=20, many_steps=3, many_reps=1,
                history_steps=(5, 10, 20), history_output=5000, timeout_s=60, settle_s=1.0,
-               scale_sessions=100, scale_steps=3, scale_delay_s=0.5, scale_timeout_s=120)  # fmt: skip
+               scale_sessions=100, scale_steps=3, scale_delay_s=0.5, scale_timeout_s=120,
+               economy_calls=3, economy_words=30, economy_reps=1, economy_watchers=2)  # fmt: skip
 
 # This project's worker for the scale scenario (bench/bench_worker.py flags). Every session in
 # flight stays in the workflow cache (an evicted one is replayed from its history at its
@@ -72,6 +81,8 @@ class Results:
     # one session on a dev server with Temporal's default settings: figure -> contender -> values
     reference: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     scale: dict[str, Any] = field(default_factory=dict)
+    # row (bench/economy.py ROWS) -> one measurement per session
+    economy: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def _put(table: dict[str, dict[str, list[float]]], figure: str, key: str, value: float | None) -> None:

@@ -2,7 +2,10 @@
 
 Only the contenders that need no optional package (the plain loop, the Temporal floor
 and this project, both ways), the scale scenario at its quick size and the reference run
-on a default server; no figure is asserted, only that each was measured.
+on a default server; no timing is asserted, only that each was measured. The economy
+scenario runs on its own at its quick size: the floor's billable actions, which its
+workflow fixes, are checked against both counts (history and the server's counter), and
+the action count itself against Temporal Cloud's rules on a built history.
 """
 
 from __future__ import annotations
@@ -12,6 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+
+from bench.actions import count
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,3 +44,65 @@ def test_quick_benchmark_writes_the_report(tmp_path: Path):
     assert "pydantic-ai |" not in page
     assert "failed" not in page.split("## History size")[0].split("## One session")[1]
     assert "## Failures seen in this run" not in page
+
+
+@pytest.mark.process
+def test_quick_economy_writes_its_table(tmp_path: Path):
+    out = tmp_path / "docs"
+    run = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out),
+         "--only", "floor,project,project-local", "--scenarios", "economy"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    page = (out / "benchmarks.md").read_text()
+    assert "## One session" not in page and "## Contenders" not in page  # only what ran
+    section = page.split("## Economy")[1].split("\n## ")[0]
+    for key in ("floor", "project", "project-local", "project-watched", "project-instant"):
+        assert f"| {key} |" in section
+    # 3 model calls, 2 tool calls: 1 start and 5 activities, nothing else, in history and
+    # in the server's own counter alike.
+    floor = next(line for line in section.splitlines() if line.startswith("| floor |")).split(" | ")
+    assert floor[1] == "2.0" and floor[-1] == "2.0 |", floor
+    assert "What watching adds" in section
+    assert "failed" not in section.lower()
+    assert "## Failures seen in this run" not in page
+
+
+def _event(kind: str, **attributes) -> HistoryEvent:
+    event = HistoryEvent(event_type=EventType.Value(f"EVENT_TYPE_{kind}"))
+    for field, values in attributes.items():
+        getattr(event, field).MergeFrom(type(getattr(event, field))(**values))
+    return event
+
+
+def test_action_count_follows_temporal_clouds_rules():
+    change_version = {"search_attributes": {"indexed_fields": {"TemporalChangeVersion": Payload(data=b"[]")}}}
+    status = {"search_attributes": {"indexed_fields": {"AgentStatus": Payload(data=b'"x"'), "AgentSteps": Payload()}}}
+    events = [
+        _event("WORKFLOW_EXECUTION_STARTED"),
+        _event("WORKFLOW_EXECUTION_SIGNALED"),  # signal-with-start: one action with the start
+        _event("WORKFLOW_TASK_COMPLETED", workflow_task_completed_event_attributes={
+            "metering_metadata": {"nonfirst_local_activity_execution_attempts": 2}}),
+        _event("MARKER_RECORDED", marker_recorded_event_attributes={"workflow_task_completed_event_id": 3}),
+        _event("MARKER_RECORDED", marker_recorded_event_attributes={"workflow_task_completed_event_id": 3}),
+        _event("UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", upsert_workflow_search_attributes_event_attributes=change_version),
+        _event("UPSERT_WORKFLOW_SEARCH_ATTRIBUTES", upsert_workflow_search_attributes_event_attributes=status),
+        _event("ACTIVITY_TASK_SCHEDULED"),
+        _event("ACTIVITY_TASK_STARTED", activity_task_started_event_attributes={"attempt": 3}),
+        _event("TIMER_STARTED"),
+        _event("WORKFLOW_EXECUTION_SIGNALED"),
+        _event("WORKFLOW_EXECUTION_UPDATE_ACCEPTED"),
+        _event("START_CHILD_WORKFLOW_EXECUTION_INITIATED"),
+        _event("MARKER_RECORDED", marker_recorded_event_attributes={"workflow_task_completed_event_id": 20}),
+        _event("WORKFLOW_EXECUTION_COMPLETED"),
+    ]  # fmt: skip
+    found = count(events, heartbeats=4, rejected_updates=1)
+    assert found.as_dict() == {
+        "starts": 1, "activities": 1, "activity_retries": 2, "local_activity_batches": 2,
+        "local_activity_retries": 2, "heartbeats": 4, "signals": 1, "updates": 1, "rejected_updates": 1,
+        "timers": 1, "upserts": 1, "children": 2, "other": 0, "total": 19,
+    }  # fmt: skip
+    child = _event("WORKFLOW_EXECUTION_STARTED", workflow_execution_started_event_attributes={
+        "parent_workflow_execution": {"workflow_id": "parent"}})  # fmt: skip
+    assert count([child, _event("WORKFLOW_TASK_SCHEDULED")]).total == 0  # its parent counted its start
