@@ -9,6 +9,7 @@ in turn ends with it. Nothing here looks a process up by name.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -42,10 +43,8 @@ def kill(process: subprocess.Popen, *, group: bool = False) -> int | None:
 
 def _send(process: subprocess.Popen, signum: int, group: bool) -> None:
     if group and process.poll() is None and _leads_group(process.pid):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signum)
-        except ProcessLookupError:
-            pass
         return
     process.send_signal(signum)  # by PID; does nothing once the process has been reaped
 

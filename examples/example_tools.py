@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated
 
 from pydantic import Field
 
-from infra.datadir import append_jsonl, data_dir, record_effect
 from activities.tools import ToolContext, tool
+from infra.datadir import append_jsonl, data_dir, record_effect
 
 
 @tool(policy="read_only", local=True)
@@ -23,7 +23,7 @@ def get_time(timezone_name: Annotated[str, Field(description="Only 'UTC' is supp
     """Return the current time as an ISO 8601 string."""
     if timezone_name.upper() != "UTC":
         raise ValueError(f"unsupported time zone {timezone_name!r}; use 'UTC'")
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 @tool(policy="idempotent")

@@ -1,6 +1,7 @@
 """`python -m devservers.fakemodel [--port N] [--api openai]`: serve a fake model API on 127.0.0.1."""
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
@@ -21,10 +22,8 @@ def main() -> None:
     print(server.url, flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         stop.wait()
-    except KeyboardInterrupt:
-        pass
     server.stop()
     sys.exit(0)
 
