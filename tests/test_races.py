@@ -15,6 +15,7 @@ from temporalio.service import RPCError
 
 from infra.datadir import read_effects
 from tests.conftest import Harness, answer, tool_use
+from tests.support.procs import wait_until
 from tests.support.reliability import record
 from tests.test_loop import wait_for_status
 from workflows.contract import FINAL_STATUSES, Decision, SessionHistory, SessionStatus
@@ -147,9 +148,16 @@ async def test_fifty_pause_resume_signal_pairs_at_once(harness: Harness):
     started = time.monotonic()
     await asyncio.gather(*(handle.signal(name) for _ in range(50) for name in ("pause", "resume")))
     sent_in = time.monotonic() - started
-    order = [e.workflow_execution_signaled_event_attributes.signal_name async for e in handle.fetch_history_events()
-             if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]  # fmt: skip
-    assert sorted(order) == ["pause"] * 50 + ["resume"] * 50  # all 100 recorded
+
+    async def signalled() -> list[str] | None:
+        # Signals that come while a workflow task runs are kept aside by the server and
+        # written to history when it completes: poll until all 100 are there.
+        found = [e.workflow_execution_signaled_event_attributes.signal_name async for e in handle.fetch_history_events()
+                 if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]  # fmt: skip
+        return found if len(found) >= 100 else None
+
+    order = await wait_until(signalled, timeout=30, what="the 100 signals in the history")
+    assert sorted(order) == ["pause"] * 50 + ["resume"] * 50  # all 100 recorded, each once
     # The rule, applied to the signals in the order the server recorded them: a pause takes
     # effect on a session that is not paused, a resume on one that is; the others change nothing.
     paused, changes = False, []
