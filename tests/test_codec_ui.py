@@ -42,21 +42,23 @@ async def test_the_ui_shows_the_goal_decoded_through_the_codec_endpoint(
         client = await connect(target_host=server.address)
         queue, session = f"codec-{uuid.uuid4().hex[:8]}", f"codec-{uuid.uuid4().hex[:8]}"
         fake_model.script.set(session, [answer("Done, privately.")])
+        # The worker stays up while Chromium loads the page: the UI queries the workflow's
+        # metadata, and with no worker to answer, that query holds the page for 30 s.
         async with build_worker(client, TOOLS, queue=queue, model=model_activities(fake_model, data_dir)):
             handle = await client.start_workflow(
                 AgentWorkflow.run, SessionInput(goal=GOAL), id=session, task_queue=queue, static_summary=GOAL
             )
             assert (await asyncio.wait_for(handle.result(), 60)).status == "completed"
             run_id = (await handle.describe()).run_id
-        stored = (tmp_path / "temporal.db").read_bytes()
-        assert GOAL.encode() not in stored  # ciphertext at rest
+            stored = (tmp_path / "temporal.db").read_bytes()
+            assert GOAL.encode() not in stored  # ciphertext at rest
 
-        base = f"http://127.0.0.1:{ui_port}/namespaces/default/workflows/{session}"
-        OUTPUT.mkdir(exist_ok=True)
-        dom = await asyncio.to_thread(chromium, f"{base}/{run_id}/user-metadata", tmp_path / "profile", "--dump-dom")
-        shot = OUTPUT / "ui-codec-metadata.png"
-        shot.unlink(missing_ok=True)
-        await asyncio.to_thread(chromium, f"{base}/{run_id}/user-metadata", tmp_path / "shot-profile", f"--screenshot={shot}")
+            page = f"http://127.0.0.1:{ui_port}/namespaces/default/workflows/{session}/{run_id}/user-metadata"
+            OUTPUT.mkdir(exist_ok=True)
+            dom = await asyncio.to_thread(chromium, page, tmp_path / "profile", "--dump-dom")
+            shot = OUTPUT / "ui-codec-metadata.png"
+            shot.unlink(missing_ok=True)
+            await asyncio.to_thread(chromium, page, tmp_path / "shot-profile", f"--screenshot={shot}")
         frames = rendered_frames(dom)
         assert frames.get("user-metadata-summary") == GOAL, (frames, page_text(dom)[:2000])
         assert shot.exists() and shot.stat().st_size > 10_000
