@@ -108,8 +108,16 @@ async def history_bytes(handle) -> int:
     return total
 
 
+async def test_history_grows_linearly_over_50_steps(harness: Harness):
+    await history_grows_linearly(harness, 50)
+
+
+@pytest.mark.slow
 async def test_history_grows_linearly_over_200_steps(harness: Harness):
-    steps = 200
+    await history_grows_linearly(harness, 200)
+
+
+async def history_grows_linearly(harness: Harness, steps: int) -> None:
     turns = [tool_use("big_output", {"chars": 5000}, id=f"b{i}") for i in range(steps)]
     handle = await harness.start([*turns, answer("done")], limits={"max_steps": steps + 1, "token_budget": 10**12})
     result = await asyncio.wait_for(handle.result(), 240)
