@@ -28,6 +28,8 @@ from workflows.contract import SessionInput
 
 EMAIL = {"to": "team@example.com", "subject": "hi", "body": "x"}
 POLL_UPDATE = "__temporal_workflow_stream_poll"
+# One `python api.py` for the module (the `api` fixture): its tests run in one xdist process.
+pytestmark = pytest.mark.xdist_group("api")
 
 
 @pytest_asyncio.fixture(scope="module")
