@@ -232,13 +232,16 @@ async def test_invalid_input_is_caught_before_approval(harness: Harness):
 
 
 async def test_pause_then_resume(harness: Harness):
-    handle = await harness.start([{**tool_use("slow_upsert", {"key": "k", "seconds": 1}), "delay": 0}, answer("done")])
-    await asyncio.sleep(0.3)
+    # 3 s of tool: room for the pause to arrive while it runs, however slow the machine.
+    handle = await harness.start([{**tool_use("slow_upsert", {"key": "k", "seconds": 3}), "delay": 0}, answer("done")])
+    await until_calls(handle, "running")
     await handle.execute_update("pause_session", result_type=str)
-    snapshot = await wait_for_status(handle, "paused")
-    await asyncio.sleep(2)  # the tool finishes; the next model call must not start
-    assert len(harness.requests(handle.id)) == 1
-    assert (await handle.query("status", result_type=type(snapshot))).status == "paused"
+    history = await until_calls(handle, "done")  # the tool finishes; the next model call must not start
+    assert history.status.status == "paused"
+    scheduled = [e async for e in handle.fetch_history_events()
+                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                 and e.activity_task_scheduled_event_attributes.activity_type.name == "call_model"]  # fmt: skip
+    assert len(scheduled) == 1 and len(harness.requests(handle.id)) == 1
     await handle.execute_update("resume_session", result_type=str)
     result = await handle.result()
     assert result.status == "completed" and len(harness.requests(handle.id)) == 2
@@ -326,6 +329,18 @@ async def test_controls_after_the_end_are_rejected(client: Client, fake_model: F
         # Closed: the server refuses the update without asking the workflow.
         with pytest.raises(RPCError, match="(?i)completed"):
             await handle.execute_update("pause_session", result_type=str)
+
+
+async def until_calls(handle, status: str, timeout: float = 30) -> SessionHistory:
+    """The session's history once it has tool calls and all of them are `status`."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        history = await handle.query("history", result_type=SessionHistory)
+        if history.tool_calls and all(c.status == status for c in history.tool_calls):
+            return history
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"tool calls stayed {[c.status for c in history.tool_calls]}, wanted {status}")
+        await asyncio.sleep(0.05)
 
 
 async def wait_for_status(handle, status: str, timeout: float = 20):

@@ -49,14 +49,26 @@ def state(history: SessionHistory) -> str:
     return history.model_dump_json()
 
 
+async def waiting_for(handle, tool_use_id: str) -> SessionHistory:
+    """The session's history once `tool_use_id` waits for approval (and nothing else runs)."""
+
+    async def check() -> SessionHistory | None:
+        history = await handle.query("history", result_type=SessionHistory)
+        return history if [p.tool_use_id for p in history.status.pending_approvals] == [tool_use_id] else None
+
+    return await wait_until(check, timeout=30, what=f"{tool_use_id} waiting for approval")
+
+
 async def test_second_decision_is_rejected_and_changes_nothing(harness: Harness):
-    # After the approval the email goes out and the next model call takes 2 s: the
-    # repeated decisions arrive while the session still runs.
-    handle = await harness.start([tool_use("send_email", EMAIL, id="e1"), {**answer("sent"), "delay": 2}])
+    # After the approval the email goes out and the model asks for a second one: the
+    # repeated decisions arrive while the session still runs, and waits, so nothing else
+    # moves its state meanwhile, however slow the machine.
+    handle = await harness.start(
+        [tool_use("send_email", EMAIL, id="e1"), tool_use("send_email", EMAIL, id="e2"), answer("sent")]
+    )
     await wait_for_status(handle, "waiting_approval")
     assert await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
-    await asyncio.sleep(0.5)
-    before = state(await handle.query("history", result_type=SessionHistory))
+    before = state(await waiting_for(handle, "e2"))
     again = await rejected(handle, "approve_call", Decision(tool_use_id="e1"))
     flipped = await rejected(handle, "deny_call", Decision(tool_use_id="e1", reason="too late"))
     assert "already decided" in again and "already decided" in flipped
@@ -64,27 +76,30 @@ async def test_second_decision_is_rejected_and_changes_nothing(harness: Harness)
     await handle.signal("deny", Decision(tool_use_id="e1"))
     after = state(await handle.query("history", result_type=SessionHistory))
     assert after == before
+    await handle.execute_update("approve_call", Decision(tool_use_id="e2"), result_type=str)
     result = await handle.result()
     assert result.status == "completed"
-    assert len(effects(handle.id)) == 1  # sent once
-    assert await accepted_updates(handle) == ["approve_call"]
+    assert len(effects(handle.id)) == 2  # each email sent once
+    assert await accepted_updates(handle) == ["approve_call", "approve_call"]
     record(AREA, "approve sent twice; deny after approve (updates and signals)",
            f"rejected: \"{again}\"; the signals are ignored; state unchanged; the email went out once", {})
 
 
 async def test_deny_twice_then_approve_is_rejected(harness: Harness):
-    handle = await harness.start([tool_use("send_email", EMAIL, id="e1"), {**answer("not sent"), "delay": 2}])
+    handle = await harness.start(
+        [tool_use("send_email", EMAIL, id="e1"), tool_use("send_email", EMAIL, id="e2"), answer("not sent")]
+    )
     await wait_for_status(handle, "waiting_approval")
     await handle.execute_update("deny_call", Decision(tool_use_id="e1", reason="no"), result_type=str)
-    await asyncio.sleep(0.3)
-    before = state(await handle.query("history", result_type=SessionHistory))
+    before = state(await waiting_for(handle, "e2"))  # the session runs on, and waits again
     assert "already decided" in await rejected(handle, "deny_call", Decision(tool_use_id="e1"))
     assert "already decided" in await rejected(handle, "approve_call", Decision(tool_use_id="e1"))
     assert state(await handle.query("history", result_type=SessionHistory)) == before
+    await handle.execute_update("deny_call", Decision(tool_use_id="e2", reason="no"), result_type=str)
     result = await handle.result()
     assert result.status == "completed" and effects(handle.id) == []
     history = await handle.query("history", result_type=SessionHistory)
-    assert history.tool_calls[0].status == "denied"
+    assert [c.status for c in history.tool_calls] == ["denied", "denied"]
     record(AREA, "deny sent twice; approve after deny", "rejected (already decided); the email never went out", {})
 
 
@@ -243,19 +258,35 @@ async def test_fifty_pause_resume_update_pairs_at_once_stay_consistent(harness: 
            {"accepted": f"{paused} pauses, {resumed} resumes of 50 each"})
 
 
+async def calls_in(handle, status: str, count: int) -> SessionHistory:
+    """The session's history once `count` tool calls are `status`."""
+
+    async def check() -> SessionHistory | None:
+        history = await handle.query("history", result_type=SessionHistory)
+        return history if [c.status for c in history.tool_calls] == [status] * count else None
+
+    return await wait_until(check, timeout=30, what=f"{count} tool calls {status}")
+
+
+async def model_calls_scheduled(handle) -> int:
+    return len([e async for e in handle.fetch_history_events()
+                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                and e.activity_task_scheduled_event_attributes.activity_type.name == "call_model"])  # fmt: skip
+
+
 async def test_pause_during_tool_calls_lets_them_finish_and_stops_before_the_model(harness: Harness):
-    turn = {"tool_calls": [{"name": "slow_upsert", "input": {"key": f"k{i}", "seconds": 1}, "id": f"u{i}"}
+    # 3 s each: room for the pause to arrive while they run, however slow the machine.
+    turn = {"tool_calls": [{"name": "slow_upsert", "input": {"key": f"k{i}", "seconds": 3}, "id": f"u{i}"}
                            for i in range(3)]}
     handle = await harness.start([turn, answer("all done")])
-    await asyncio.sleep(0.5)
+    await calls_in(handle, "running", 3)
     await handle.execute_update("pause_session", result_type=str)
-    await wait_for_status(handle, "paused")
-    await asyncio.sleep(2)  # the calls finish; the next model call must not start
-    history = await handle.query("history", result_type=SessionHistory)
-    assert [c.status for c in history.tool_calls] == ["done", "done", "done"]
+    # The calls finish; the workflow task that records the last result (seen by the query)
+    # schedules no model call.
+    history = await calls_in(handle, "done", 3)
+    assert history.status.status == "paused"
     assert len(effects(handle.id)) == 3
-    assert len(harness.requests(handle.id)) == 1
-    assert (await handle.query("status", result_type=SessionStatus)).status == "paused"
+    assert await model_calls_scheduled(handle) == 1 and len(harness.requests(handle.id)) == 1
     resumed_at = time.time()
     await handle.execute_update("resume_session", result_type=str)
     result = await handle.result()
