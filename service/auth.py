@@ -166,5 +166,17 @@ async def current_user(
     raise Unauthorized("send Authorization: Bearer TOKEN (or open /?token=TOKEN in a browser)")
 
 
+def bearer_user(users: Users, authorization: str | None) -> User:
+    """The caller of an endpoint that takes only a bearer token (`/mcp`, `/a2a`): no cookie,
+    so a page on another site cannot act with the browser's session."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("send Authorization: Bearer TOKEN")
+    user = users.by_token(token.strip())
+    if user is None:
+        raise Unauthorized("wrong token")
+    return user
+
+
 def _is_json(request: Request) -> bool:
     return request.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json"
