@@ -1,5 +1,6 @@
 """The agent service's application: the routes, the error answers, the body limit, and the
-Temporal client with the session feeds, made when the server starts."""
+Temporal client with the session feeds, made when the server starts. The same sessions are
+an MCP server at `/mcp` (`service.mcp_tools`)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from fastapi.responses import HTMLResponse
 from temporalio.client import Client
 
 from infra.connection import connect
-from service import http_errors, pages, routes, sse
+from service import http_errors, mcp_tools, pages, routes, sse
 from service.auth import Users, current_user
 from service.feeds import Feeds
 from service.ownership import Owners
+from service.steering import Sessions
 
 DESCRIPTION = """Start, follow and steer agent sessions (each one a Temporal workflow).
 
@@ -33,9 +35,13 @@ def create_app(users: Users, client: Client | None = None) -> FastAPI:
         app.state.owners = Owners(app.state.client)
         app.state.feeds = Feeds(app.state.client)
         try:
-            yield
+            async with mcp.session_manager.run():
+                yield
         finally:
             app.state.feeds.close()
+
+    def sessions() -> Sessions:
+        return Sessions(app.state.client, app.state.owners, app.state.feeds)
 
     app = FastAPI(
         title="Agent sessions", description=DESCRIPTION, version="1",
@@ -46,6 +52,8 @@ def create_app(users: Users, client: Client | None = None) -> FastAPI:
     app.add_middleware(http_errors.BodyLimit)
     for module in (pages, routes, sse):
         app.include_router(module.router)
+    mcp = mcp_tools.build(sessions, mcp_tools.http_caller)
+    app.router.routes.append(mcp_tools.http_route(mcp, users))
     _docs(app)
     return app
 

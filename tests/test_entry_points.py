@@ -61,6 +61,7 @@ OWN_HELP = [
     ["client.py", "status", "--help"],
     ["worker.py", "--help"],
     ["api.py", "--help"],
+    ["mcp_server.py", "--help"],
     ["devserver.py", "--help"],
     ["demo.py", "--help"],
     ["-m", "infra.codec_server", "--help"],

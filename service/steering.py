@@ -1,0 +1,186 @@
+"""What the MCP tools (`service.mcp_tools`) and the A2A agent (`service.a2a`) do with a
+session on a user's behalf, and how they follow it.
+
+The calls are the HTTP routes' (`service/routes.py`): the start input comes from
+`sessions.start_input.resolve`, ownership from `service.ownership.Owners`, every action
+is one of the workflow's updates through `sessions.control.act`, and a decision on a
+sub-agent's call goes to the session that owns it. The user's name is the new session's
+`user_id` and every decision's `decided_by`.
+
+`Watch` follows a session's events over the service's shared feed (`service.feeds`): one
+subscription per session, however many callers wait on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.client import Client
+
+from infra.connection import task_queue
+from infra.errors import BadRequest, InvalidInput
+from service.auth import User
+from service.feeds import Feed, Feeds
+from service.ownership import Owners
+from service.schemas import SESSION_ID
+from sessions import control, render, start_input
+from workflows.agent import AgentWorkflow
+from workflows.contract import FINAL_STATUSES, CancelRequest, Decision, SessionStatus, UserMessage
+from workflows.events import EVENTS, SessionEvent
+
+# Statuses after which nothing happens without a person: the session ended, waits for the
+# next message of its chat, or for a decision on a tool call.
+NEEDS_A_PERSON = ("waiting_approval", "waiting_input")
+
+
+@dataclass
+class Sessions:
+    """What the tools act through: the Temporal client, the owners, the shared feeds."""
+
+    client: Client
+    owners: Owners
+    feeds: Feeds
+
+
+def one_line(err: ValidationError) -> str:
+    """A validation error as one line: `field: message; field: message`."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in err.errors())
+
+
+async def start(
+    sessions: Sessions,
+    user: User,
+    *,
+    goal: str,
+    agent: str | None = None,
+    session_id: str | None = None,
+    model: str | None = None,
+    chat: bool = False,
+) -> SessionStatus:
+    """Start a session for `user`, resolved as `POST /v1/sessions` resolves it; its status."""
+    if session_id is not None and not re.fullmatch(SESSION_ID, session_id):
+        raise BadRequest(f"invalid session id {session_id!r}: letters, digits and . _ : - (at most 200)")
+    fields = {
+        "user_id": user.name, "model": model, "chat": chat or None,
+        "search_attributes": await sessions.owners.has_search_attributes(),
+    }  # fmt: skip
+    try:
+        session_input = start_input.resolve(goal=goal, agent=agent, limits={}, fields=fields)
+    except ValidationError as err:
+        raise InvalidInput(one_line(err)) from None
+    session_id = session_id or f"session-{uuid.uuid4().hex[:12]}"
+    await control.start(
+        sessions.client, session_input, session_id, task_queue=task_queue(),
+        summary=render.shorten(goal, 200), details=render.session_details(session_input),
+    )  # fmt: skip
+    sessions.owners.remember(session_id, user.name)
+    return await control.status(sessions.client, session_id)
+
+
+async def act(sessions: Sessions, user: User, session_id: str, update: Callable[..., Any], *args: Any) -> Any:
+    """One of the session's control updates, if this user may steer it; the update's answer."""
+    await sessions.owners.check(user, session_id)
+    return await control.act(sessions.client, session_id, update, *args)
+
+
+async def decide(sessions: Sessions, user: User, session_id: str, decision: Decision, approve: bool) -> None:
+    """Approve or deny a call of this session or of one of its sub-agents (shown in its status)."""
+    await sessions.owners.check(user, session_id)
+    owner = await control.owner_of_call(sessions.client, session_id, decision.tool_use_id)
+    update = AgentWorkflow.approve_call if approve else AgentWorkflow.deny_call
+    await control.act(sessions.client, owner, update, decision)
+
+
+def decision(user: User, tool_use_id: str, *, input: dict[str, Any] | None = None, reason: str | None = None) -> Decision:
+    try:
+        return Decision(tool_use_id=tool_use_id, input=input, reason=reason, decided_by=user.name)
+    except ValidationError as err:
+        raise BadRequest(one_line(err)) from None
+
+
+def message(text: str) -> UserMessage:
+    try:
+        return UserMessage(text=text)
+    except ValidationError as err:
+        raise BadRequest(one_line(err)) from None
+
+
+def cancel_request(user: User, reason: str | None) -> CancelRequest:
+    try:
+        return CancelRequest(reason=reason, decided_by=user.name)
+    except ValidationError as err:
+        raise BadRequest(one_line(err)) from None
+
+
+def ended(status: SessionStatus) -> bool:
+    return status.status in FINAL_STATUSES
+
+
+# ---- following a session -----------------------------------------------------------------
+
+_END_OF_STREAM = object()
+
+
+class Watch:
+    """A session's events from the shared feed, read in batches with a timeout.
+
+    The feed starts at the session's first event when nobody watched it yet, so a batch
+    can hold events from before the watch began: callers judge what is new by step
+    numbers and times, and read the session's status for what is true now. When the
+    stream cannot be read (a stuck session) `next_batch` just waits out its timeout, so a
+    caller polling the status still makes progress.
+    """
+
+    def __init__(self, feeds: Feeds, session_id: str):
+        self.feeds = feeds
+        self.session_id = session_id
+        self.started = time.time()
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self._feed: Feed | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self.finished = False
+
+    async def __aenter__(self) -> Watch:
+        self._feed = self.feeds.join(self.session_id)
+        self._reader = asyncio.create_task(self._read(self._feed), name=f"watch {self.session_id}")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        if self._feed is not None:
+            self.feeds.leave(self._feed)
+
+    async def _read(self, feed: Feed) -> None:
+        try:
+            async for item in feed.follow(feed.offsets[-1] if feed.offsets else -1):
+                self._queue.put_nowait(EVENTS.validate_json(item.data))
+        finally:
+            self._queue.put_nowait(_END_OF_STREAM)
+
+    async def next_batch(self, timeout: float) -> list[SessionEvent]:
+        """The events that arrived, waiting up to `timeout` seconds for the first one."""
+        found: list[SessionEvent] = []
+        if not self.finished:
+            try:
+                first = await asyncio.wait_for(self._queue.get(), max(timeout, 0.0))
+            except TimeoutError:
+                return found
+            items = [first]
+            while not self._queue.empty():
+                items.append(self._queue.get_nowait())
+            for item in items:
+                if item is _END_OF_STREAM:
+                    self.finished = True
+                else:
+                    found.append(item)  # pyright: ignore[reportArgumentType]
+        if self.finished and not found:
+            await asyncio.sleep(max(timeout, 0.0))
+        return found

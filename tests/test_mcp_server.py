@@ -1,0 +1,295 @@
+"""The sessions as an MCP server, driven by the `mcp` SDK's own client: over stdio
+(`python mcp_server.py` against the test dev server) and over streamable HTTP at the
+API's `/mcp` (a real `python api.py`), at the SDK's newest protocol revision (the tool
+answers that input is required, the client calls again) and at the one before it (the
+server asks during the call). With an elicitation callback that approves with an edited
+input, and without one (the pending calls come back; approve_tool_call decides).
+Progress values grow; errors are one line; a user reaches only their own sessions."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import pytest_asyncio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult, ElicitRequestParams, ElicitResult, TextResourceContents
+from temporalio.client import Client as TemporalClient
+
+from devservers import temporal_server
+from devservers.fakemodel import FakeModelServer
+from sessions import control
+from tests.conftest import ROOT, Harness, answer, tool_use
+from tests.support.api import TOKENS, ApiProcess, serve_api
+
+EMAIL = {"to": "team@example.com", "subject": "hi", "body": "x"}
+EDITED = {**EMAIL, "to": "boss@example.com"}
+MODERN, LEGACY = "2026-07-28", "legacy"
+TOOLS = {
+    "start_session", "get_session", "list_sessions", "list_agents", "wait_for_session", "approve_tool_call",
+    "deny_tool_call", "send_message", "pause_session", "resume_session", "close_session", "cancel_session",
+}  # fmt: skip
+MCP_USER = "mcp:" + control.cli_user().removeprefix("cli:")
+
+
+def new_id(prefix: str = "mcp") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+class Approver:
+    """An elicitation callback: approves every call with `EDITED`, and keeps what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[ElicitRequestParams] = []
+
+    async def __call__(self, context: Any, params: ElicitRequestParams) -> ElicitResult:
+        self.asked.append(params)
+        return ElicitResult(action="accept", content={"decision": "approve", "reason": "", "input": json.dumps(EDITED)})
+
+
+class Progress:
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, str | None]] = []
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        self.seen.append((progress, message))
+
+
+def result(called: CallToolResult) -> dict[str, Any]:
+    assert not called.is_error, called.content
+    assert called.structured_content is not None
+    return called.structured_content
+
+
+def error_line(called: CallToolResult) -> str:
+    assert called.is_error, called.structured_content
+    text = called.content[0].text  # pyright: ignore[reportAttributeAccessIssue]
+    assert "\n" not in text, text
+    return text
+
+
+async def decided(client: TemporalClient, session_id: str, tool_use_id: str) -> dict[str, Any]:
+    history = control.history_document(await control.history(client, session_id))
+    return next(c for c in history["tool_calls"] if c["tool_use_id"] == tool_use_id)
+
+
+async def approved_with_elicitation(mcp: Client, fake_model: FakeModelServer, temporal: TemporalClient, user: str) -> None:
+    """Start a session whose email waits for approval; wait_for_session asks the person (the
+    client's callback approves with an edited input) and returns when the session ends."""
+    session_id = new_id()
+    fake_model.script.set(
+        session_id, [tool_use("send_email", EMAIL, id="e1", text="Emailing the team."), answer("Sent it, as asked.")]
+    )
+    started = result(await mcp.call_tool("start_session", {"goal": "email the team", "session_id": session_id}))
+    assert started["session_id"] == session_id and started["status"] in ("running", "waiting_approval")
+    progress = Progress()
+    waited = result(
+        await mcp.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 60}, progress_callback=progress)
+    )
+    assert waited["status"] == "completed" and waited["returned_because"] == "ended", waited
+    assert waited["answer"] == "Sent it, as asked." and waited["user_id"] == user
+    call = await decided(temporal, session_id, "e1")
+    assert call["approved"] and call["approved_input"] == EDITED and call["decided_by"] == user, call
+    values = [value for value, _ in progress.seen]
+    assert len(values) >= 2 and values == sorted(set(values)), progress.seen
+    assert all(message and message.startswith("step ") for _, message in progress.seen), progress.seen
+    assert any("send_email" in (message or "") for _, message in progress.seen), progress.seen
+
+
+def assert_asked_with_a_flat_form(asked: list[ElicitRequestParams]) -> None:
+    assert len(asked) == 1, asked
+    schema = asked[0].requested_schema  # pyright: ignore[reportAttributeAccessIssue]
+    properties = schema["properties"]
+    assert set(properties) == {"decision", "reason", "input"}
+    assert properties["decision"]["enum"] == ["approve", "deny"]
+    assert all(p["type"] in ("string", "number", "integer", "boolean") for p in properties.values())
+    assert json.loads(properties["input"]["default"]) == EMAIL
+    assert "send_email" in asked[0].message
+
+
+# ---- stdio ---------------------------------------------------------------------------------
+
+
+@pytest_asyncio.fixture
+async def stdio(dev_server: temporal_server.DevServer, harness: Harness, data_dir: Path) -> AsyncIterator[StdioServerParameters]:
+    env = {
+        **os.environ, "TEMPORAL_ADDRESS": dev_server.address, "TEMPORAL_NAMESPACE": "default",
+        "TEMPORAL_TASK_QUEUE": harness.task_queue, "AGENT_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1",
+    }  # fmt: skip
+    env.pop("AGENT_API_USERS", None)
+    yield StdioServerParameters(command=sys.executable, args=["mcp_server.py"], env=env, cwd=str(ROOT))
+
+
+class Wire:
+    """What reached the client besides MCP: lines of standard output it could not read."""
+
+    def __init__(self) -> None:
+        self.unreadable: list[Exception] = []
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, Exception):
+            self.unreadable.append(message)
+
+
+@pytest.mark.parametrize("mode", [MODERN, LEGACY])
+async def test_stdio_with_elicitation_approves_with_an_edited_input(
+    mode: str, stdio: StdioServerParameters, harness: Harness, fake_model: FakeModelServer
+):
+    approver, wire = Approver(), Wire()
+    with tempfile.TemporaryFile("w+") as stderr:
+        async with Client(stdio_client(stdio, errlog=stderr), mode=mode, elicitation_callback=approver, message_handler=wire) as mcp:
+            assert mcp.protocol_version == (MODERN if mode == MODERN else "2025-11-25")
+            listed = {t.name: t for t in (await mcp.list_tools()).tools}
+            assert set(listed) == TOOLS
+            assert all(t.output_schema and t.input_schema["type"] == "object" for t in listed.values())
+            assert all(listed[n].annotations.read_only_hint for n in ("get_session", "list_sessions", "list_agents"))  # pyright: ignore[reportOptionalMemberAccess]
+            assert listed["cancel_session"].annotations.destructive_hint  # pyright: ignore[reportOptionalMemberAccess]
+            assert not any(listed[n].annotations.destructive_hint for n in TOOLS - {"cancel_session"})  # pyright: ignore[reportOptionalMemberAccess]
+            await approved_with_elicitation(mcp, fake_model, harness.client, MCP_USER)
+            assert_asked_with_a_flat_form(approver.asked)
+        stderr.seek(0)
+        logged = stderr.read()
+    assert not wire.unreadable, (wire.unreadable, logged[-3000:])
+
+
+async def test_stdio_without_elicitation_returns_the_pending_calls(
+    stdio: StdioServerParameters, harness: Harness, fake_model: FakeModelServer
+):
+    session_id = new_id()
+    fake_model.script.set(
+        session_id,
+        [tool_use("send_email", EMAIL, id="e1"), tool_use("send_email", EMAIL, id="e2"), answer("One sent, one not.")],
+    )
+    async with Client(stdio) as mcp:
+        result(await mcp.call_tool("start_session", {"goal": "email twice", "session_id": session_id}))
+        waited = result(await mcp.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 30}))
+        assert waited["returned_because"] == "waiting_approval", waited
+        assert [p["tool_use_id"] for p in waited["pending_approvals"]] == ["e1"] and waited["pending_approvals"][0]["input"] == EMAIL
+        bad = error_line(await mcp.call_tool(
+            "approve_tool_call", {"session_id": session_id, "tool_use_id": "e1", "input": {**EMAIL, "to": "not an address"}}
+        ))  # fmt: skip
+        assert "to" in bad, bad
+        approved = result(await mcp.call_tool("approve_tool_call", {"session_id": session_id, "tool_use_id": "e1", "input": EDITED}))
+        assert approved["session_id"] == session_id
+        again = error_line(await mcp.call_tool("approve_tool_call", {"session_id": session_id, "tool_use_id": "e1"}))
+        assert "e1" in again, again
+        waited = result(await mcp.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 30}))
+        assert [p["tool_use_id"] for p in waited["pending_approvals"]] == ["e2"], waited
+        result(await mcp.call_tool("deny_tool_call", {"session_id": session_id, "tool_use_id": "e2", "reason": "once is enough"}))
+        waited = result(await mcp.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 30}))
+        assert waited["status"] == "completed" and waited["answer"] == "One sent, one not.", waited
+        first, second = await decided(harness.client, session_id, "e1"), await decided(harness.client, session_id, "e2")
+        assert first["approved_input"] == EDITED and first["decided_by"] == MCP_USER
+        assert second["status"] == "denied" and second["reason"] == "once is enough" and second["decided_by"] == MCP_USER
+
+        status = json.loads(_text(await mcp.read_resource(f"session://{session_id}")))
+        assert status["status"] == "completed" and status["session_id"] == session_id
+        transcript = json.loads(_text(await mcp.read_resource(f"session://{session_id}/transcript")))
+        assert transcript[0]["role"] == "user" and transcript[-1]["content"][0]["text"] == "One sent, one not."
+        listed = result(await mcp.call_tool("list_sessions", {"limit": 200}))
+        assert session_id in {s["session_id"] for s in listed["sessions"]}
+        assert {"name", "description"} <= set(result(await mcp.call_tool("list_agents", {}))["agents"][0])
+
+        assert "no session 'nope'" in error_line(await mcp.call_tool("get_session", {"session_id": "nope"}))
+        too_long = error_line(await mcp.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 601}))
+        assert "timeout_seconds" in too_long, too_long
+        assert "has ended" in error_line(await mcp.call_tool("pause_session", {"session_id": session_id}))
+
+
+async def test_stdio_steers_a_chat(stdio: StdioServerParameters, harness: Harness, fake_model: FakeModelServer):
+    """send_message, pause, resume, close and cancel, each answering the status."""
+    chat, other = new_id("chat"), new_id()
+    fake_model.script.set(chat, [answer("Hello."), answer("Second answer.")])
+    fake_model.script.set(other, [tool_use("wait_for_cancel", {"seconds": 60}, id="w1")])
+    async with Client(stdio) as mcp:
+        result(await mcp.call_tool("start_session", {"goal": "say hello", "session_id": chat, "chat": True}))
+        waited = result(await mcp.call_tool("wait_for_session", {"session_id": chat, "timeout_seconds": 30}))
+        assert waited["returned_because"] == "waiting_input" and waited["answer"] == "Hello.", waited
+        result(await mcp.call_tool("pause_session", {"session_id": chat}))
+        assert result(await mcp.call_tool("get_session", {"session_id": chat}))["status"] == "paused"
+        result(await mcp.call_tool("resume_session", {"session_id": chat}))
+        result(await mcp.call_tool("send_message", {"session_id": chat, "text": "and again?"}))
+        waited = result(await mcp.call_tool("wait_for_session", {"session_id": chat, "timeout_seconds": 30}))
+        assert waited["answer"] == "Second answer." and waited["user_turns"] == 2, waited
+        closed = result(await mcp.call_tool("close_session", {"session_id": chat}))
+        assert closed["session_id"] == chat
+        assert result(await mcp.call_tool("wait_for_session", {"session_id": chat, "timeout_seconds": 30}))["status"] == "completed"
+
+        result(await mcp.call_tool("start_session", {"goal": "wait", "session_id": other}))
+        short = result(await mcp.call_tool("wait_for_session", {"session_id": other, "timeout_seconds": 1}))
+        assert short["returned_because"] == "timeout" and short["status"] == "running", short
+        result(await mcp.call_tool("cancel_session", {"session_id": other, "reason": "not needed"}))
+        ended = result(await mcp.call_tool("wait_for_session", {"session_id": other, "timeout_seconds": 30}))
+        assert ended["status"] == "cancelled" and ended["returned_because"] == "ended", ended
+
+
+def _text(read: Any) -> str:
+    contents = read.contents[0]
+    assert isinstance(contents, TextResourceContents), contents
+    return contents.text
+
+
+# ---- streamable HTTP at /mcp ----------------------------------------------------------------
+
+
+@pytest_asyncio.fixture(scope="module")
+async def api(
+    client: TemporalClient, dev_server: temporal_server.DevServer, fake_model: FakeModelServer, data_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[ApiProcess]:  # fmt: skip
+    async with serve_api(client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("mcp-api")) as server:
+        yield server
+
+
+def over_http(api: ApiProcess, user: str, mode: str = MODERN, **kwargs: Any) -> Client:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKENS[user]}"}, timeout=httpx2.Timeout(30, read=120))
+    return Client(streamable_http_client(f"{api.url}/mcp", http_client=http), mode=mode, **kwargs)
+
+
+@pytest.mark.parametrize("mode", [MODERN, LEGACY])
+@pytest.mark.xdist_group("mcp-api")
+async def test_http_with_elicitation_as_the_token_user(
+    mode: str, api: ApiProcess, client: TemporalClient, fake_model: FakeModelServer
+):
+    approver = Approver()
+    async with over_http(api, "alice", mode, elicitation_callback=approver) as mcp:
+        assert mcp.protocol_version == (MODERN if mode == MODERN else "2025-11-25")
+        await approved_with_elicitation(mcp, fake_model, client, "alice")
+    assert_asked_with_a_flat_form(approver.asked)
+
+
+@pytest.mark.xdist_group("mcp-api")
+async def test_http_a_user_reaches_only_their_own_sessions(api: ApiProcess, fake_model: FakeModelServer):
+    session_id = new_id()
+    fake_model.script.set(session_id, [tool_use("send_email", EMAIL, id="e1"), answer("done")])
+    async with over_http(api, "alice") as alice, over_http(api, "bob") as bob, over_http(api, "olga") as olga:
+        result(await alice.call_tool("start_session", {"goal": "email", "session_id": session_id}))
+        waited = result(await alice.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 30}))
+        assert waited["returned_because"] == "waiting_approval" and waited["user_id"] == "alice"
+        for name, args in [
+            ("get_session", {}), ("wait_for_session", {"timeout_seconds": 1}), ("approve_tool_call", {"tool_use_id": "e1"}),
+            ("deny_tool_call", {"tool_use_id": "e1"}), ("cancel_session", {}), ("pause_session", {}),
+        ]:  # fmt: skip
+            refused = error_line(await bob.call_tool(name, {"session_id": session_id, **args}))
+            assert f"no session {session_id!r}" in refused, (name, refused)
+        with pytest.raises(Exception, match="no session"):
+            await bob.read_resource(f"session://{session_id}/transcript")
+        assert session_id not in {s["session_id"] for s in result(await bob.call_tool("list_sessions", {}))["sessions"]}
+        # An operator sees and decides every session; the decision is theirs.
+        assert session_id in {s["session_id"] for s in result(await olga.call_tool("list_sessions", {}))["sessions"]}
+        result(await olga.call_tool("approve_tool_call", {"session_id": session_id, "tool_use_id": "e1"}))
+        assert result(await alice.call_tool("wait_for_session", {"session_id": session_id}))["status"] == "completed"
+    async with httpx2.AsyncClient() as http:
+        for headers in ({}, {"Authorization": "Bearer wrong-token-000"}, {"Cookie": "agent_session=x"}):
+            refused = await http.post(f"{api.url}/mcp", headers=headers, json={})
+            assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer", refused.text
