@@ -1,6 +1,7 @@
 """The agent service's application: the routes, the error answers, the body limit, and the
 Temporal client with the session feeds, made when the server starts. The same sessions are
-an MCP server at `/mcp` (`service.mcp_tools`)."""
+an MCP server at `/mcp` (`service.mcp_tools`) and an A2A agent at `/a2a`, with its card at
+`/.well-known/agent-card.json` (`service.a2a`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from fastapi.responses import HTMLResponse
 from temporalio.client import Client
 
 from infra.connection import connect
-from service import http_errors, mcp_tools, pages, routes, sse
+from service import a2a, http_errors, mcp_tools, pages, routes, sse
 from service.auth import Users, current_user
 from service.feeds import Feeds
 from service.ownership import Owners
@@ -54,6 +55,7 @@ def create_app(users: Users, client: Client | None = None) -> FastAPI:
         app.include_router(module.router)
     mcp = mcp_tools.build(sessions, mcp_tools.http_caller)
     app.router.routes.append(mcp_tools.http_route(mcp, users))
+    a2a.install(app, users, sessions)
     _docs(app)
     return app
 

@@ -1,0 +1,594 @@
+"""The sessions as an A2A agent, on the `a2a-sdk` library: its card at
+`/.well-known/agent-card.json` (public) and its JSON-RPC endpoint at `/a2a` (a bearer
+token of the API's users), A2A 1.0 with the SDK's 0.3 compatibility on.
+
+The SDK speaks the protocol (JSON-RPC, the 0.3 adapter, Server-Sent Events, the card's
+0.3 fields); `SessionTasks`, the request handler here, answers it from Temporal. A context
+is a session (`contextId` = its id) and each user message is one task, `SESSION.turn-N`
+(the goal is turn 1). A task holds nothing in this process: its state is derived from
+the session's status whenever it is read, so tasks survive a restart of `api.py`.
+
+    session status                              task state
+    running, paused, stuck (and anything new)   working
+    waiting_approval                            input-required, with a data part
+                                                {"pending_approvals": [...]} in the status message
+    waiting_input (a chat answered), completed  completed, the answer as the artifact `answer`
+    stopped, failed                             failed, with the reason
+    cancelled                                   canceled
+    a message still queued behind another       submitted
+
+A message without `contextId`, or with one no session has, starts a chat session (its
+text is the goal, `metadata.agent` picks the agent); with a known `contextId` it is the
+session's next message. A reply with a data part `{"approve": TOOL_USE_ID}` (optionally
+`"input": {...}`, an edited input) or `{"deny": TOOL_USE_ID, "reason": ...}` decides a
+call that waits for approval. A blocking send returns when its task is terminal or needs
+input, or after `BLOCKING_SECONDS` with its state then; a non-blocking one at once.
+Streaming sends status updates and the model's text as chunks of the `answer` artifact.
+Another user's task is not found, as in the HTTP API.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncGenerator, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from a2a.auth.user import User as A2AUser
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.request_handler import RequestHandler, validate_request_params
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes.common import DefaultServerCallContextBuilder
+from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.types.a2a_pb2 import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    Artifact,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    HTTPAuthSecurityScheme,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    Part,
+    Role,
+    SecurityRequirement,
+    SecurityScheme,
+    SendMessageRequest,
+    StringList,
+    SubscribeToTaskRequest,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0
+from a2a.utils.errors import (
+    A2AError,
+    ExtendedAgentCardNotConfiguredError,
+    InternalError,
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from a2a.utils.task import apply_history_length
+from fastapi import FastAPI
+from google.protobuf import struct_pb2
+from google.protobuf.json_format import MessageToDict, ParseDict
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from temporalio.service import RPCError
+
+from activities.wire import TextBlock, TextDelta
+from infra.errors import AgentError, BadRequest, InvalidInput, SessionExists, SessionNotFound
+from service import steering
+from service.auth import User, Users, bearer_user
+from service.http_errors import error_response
+from service.steering import Sessions
+from sessions import control, render, start_input
+from workflows.agent import AgentWorkflow
+from workflows.contract import SessionHistory, SessionStatus
+
+PATH = "/a2a"
+SCOPE_USER = "agent.user"
+BLOCKING_SECONDS = 60.0  # a blocking send answers with the task's state by then
+CANCEL_SECONDS = 30.0  # how long a cancel waits for the session to end cancelled
+STATUS_EVERY = 5.0  # seconds between status reads while no event arrives
+ANSWER = "answer"  # the artifact holding the session's answer to a turn
+TASK_ID = re.compile(r"^(?P<session>.+)\.turn-(?P<turn>[1-9][0-9]{0,8})$")
+TERMINAL = {TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED}
+STOPS = TERMINAL | {TaskState.TASK_STATE_INPUT_REQUIRED}
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    session_id: str
+    turn: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.session_id}.turn-{self.turn}"
+
+    @classmethod
+    def parse(cls, task_id: str) -> TaskRef:
+        found = TASK_ID.match(task_id)
+        if found is None:
+            raise TaskNotFoundError(message=f"no task {task_id!r}: task ids are SESSION.turn-N")
+        return cls(found["session"], int(found["turn"]))
+
+
+# ---- tasks from sessions -----------------------------------------------------------------
+
+
+def turns_of(history: SessionHistory) -> list[tuple[str, str]]:
+    """Each user turn's message and the session's last text before the next one."""
+    found: list[tuple[str, str]] = []
+    for message in history.messages:
+        if message.role == "user" and any(isinstance(b, TextBlock) for b in message.content):
+            found.append((message.text(), ""))
+        elif message.role == "assistant" and found and message.text().strip():
+            found[-1] = (found[-1][0], message.text())
+    return found
+
+
+def task_of(status: SessionStatus, turn: int, history: SessionHistory | None = None) -> Task:
+    """Turn `turn` of the session as a task, from its status (and its history, for the
+    message and the answers of earlier turns)."""
+    ref = TaskRef(status.session_id, turn)
+    if not 1 <= turn <= status.user_turns + status.queued_messages:
+        raise TaskNotFoundError(message=f"no task {ref.id!r}")
+    turns = turns_of(history) if history is not None else []
+    answer: str | None = None
+    data: dict[str, Any] | None = None
+    if turn < status.user_turns:
+        state, text = TaskState.TASK_STATE_COMPLETED, "answered"
+        answer = turns[turn - 1][1] if turn <= len(turns) else None
+    elif turn > status.user_turns and not steering.ended(status):
+        state, text = TaskState.TASK_STATE_SUBMITTED, f"queued behind turn {status.user_turns}"
+    elif status.status in ("completed", "waiting_input"):
+        state, text, answer = TaskState.TASK_STATE_COMPLETED, status.status.replace("_", " "), status.answer
+        if turn > status.user_turns:  # closed before this message was taken
+            answer = None
+    elif status.status == "stopped":
+        state, text = TaskState.TASK_STATE_FAILED, f"stopped: {status.stop_reason}" + (f": {status.error}" if status.error else "")
+    elif status.status == "failed":
+        state, text = TaskState.TASK_STATE_FAILED, status.error or "failed"
+    elif status.status == "cancelled":
+        state, text = TaskState.TASK_STATE_CANCELED, status.error or "cancelled"
+    elif status.status == "waiting_approval":
+        state = TaskState.TASK_STATE_INPUT_REQUIRED
+        calls = ", ".join(f"{p.name}({render.shorten(p.input, 120)}) [{p.tool_use_id}]" for p in status.pending_approvals)
+        text = (
+            f"waiting for approval: {calls}. Reply with a data part "
+            '{"approve": TOOL_USE_ID} (optionally "input": {...}) or {"deny": TOOL_USE_ID, "reason": "..."}'
+        )
+        data = {"pending_approvals": [p.model_dump(mode="json") for p in status.pending_approvals]}
+    else:
+        state = TaskState.TASK_STATE_WORKING
+        text = f"stuck: {status.stuck.message}" if status.stuck else status.status.replace("_", " ")
+    parts = [Part(text=text)] + ([Part(data=ParseDict(data, struct_pb2.Value()))] if data is not None else [])
+    task = Task(
+        id=ref.id,
+        context_id=status.session_id,
+        status=TaskStatus(
+            state=state,
+            timestamp=status.updated_at,
+            message=Message(
+                message_id=f"{ref.id}.{TaskState.Name(state).lower()}.{status.steps}",
+                role=Role.ROLE_AGENT, context_id=status.session_id, task_id=ref.id, parts=parts,
+            ),
+        ),
+        metadata={"session_status": status.status, "steps": status.steps, "user_turns": status.user_turns},
+    )  # fmt: skip
+    if answer is not None:
+        task.artifacts.append(Artifact(artifact_id=ANSWER, name=ANSWER, parts=[Part(text=answer)]))
+    if turn <= len(turns):
+        task.history.append(
+            Message(
+                message_id=f"{ref.id}.user", role=Role.ROLE_USER, context_id=status.session_id, task_id=ref.id,
+                parts=[Part(text=turns[turn - 1][0])],
+            )
+        )  # fmt: skip
+    return task
+
+
+def _whole(value: Any) -> Any:
+    """A data part's numbers come as doubles: whole ones back to integers."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return value
+
+
+def _a2a_error(err: AgentError | RPCError) -> A2AError:
+    """The project's errors in A2A's terms, with their one line."""
+    if isinstance(err, RPCError):
+        return InternalError(message=f"Temporal answered: {err.message}")
+    if isinstance(err, SessionNotFound):
+        return TaskNotFoundError(message=str(err))
+    if isinstance(err, BadRequest | InvalidInput | SessionExists):
+        return InvalidParamsError(message=str(err))
+    return UnsupportedOperationError(message=str(err))
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """The project's errors (and Temporal's) as A2A's."""
+    try:
+        yield
+    except (AgentError, RPCError) as err:
+        raise _a2a_error(err) from None
+
+
+# ---- the request handler -----------------------------------------------------------------
+
+
+class SessionsUser(A2AUser):
+    def __init__(self, user: User):
+        self.user = user
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def user_name(self) -> str:
+        return self.user.name
+
+
+class CallContext(DefaultServerCallContextBuilder):
+    """The SDK's call context (headers, extensions) with the user the endpoint found from
+    the bearer token."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        context = super().build(request)
+        context.state[SCOPE_USER] = request.scope[SCOPE_USER]
+        return context
+
+    def build_user(self, request: Request) -> A2AUser:
+        return SessionsUser(request.scope[SCOPE_USER])
+
+
+def _user(context: ServerCallContext) -> User:
+    user = context.state.get(SCOPE_USER)
+    if not isinstance(user, User):
+        raise InternalError(message="no user for this call")
+    return user
+
+
+class _Following:
+    """A task followed through its session's events: status updates when its state or
+    message changes, the model's text of its turn as chunks of the answer, until it is
+    terminal, needs input, or the deadline passes."""
+
+    def __init__(self, sessions: Sessions, ref: TaskRef, status: SessionStatus):
+        self.sessions = sessions
+        self.ref = ref
+        self.status = status
+        self.task = task_of(status, ref.turn)
+        self.steps = status.steps  # deltas of later steps are this turn's new text
+        self.streamed: tuple[int, int] | None = None
+
+    async def events(self, deadline: float | None) -> AsyncGenerator[TaskStatusUpdateEvent | TaskArtifactUpdateEvent]:
+        async with steering.Watch(self.sessions.feeds, self.ref.session_id) as watch:
+            while self.task.status.state not in STOPS:
+                remaining = STATUS_EVERY if deadline is None else min(STATUS_EVERY, deadline - time.monotonic())
+                if remaining <= 0:
+                    return
+                batch = await watch.next_batch(remaining)
+                for event in batch:
+                    if isinstance(event, TextDelta) and self._current() and event.step > self.steps:
+                        yield self._chunk(event)
+                if not batch or any(not isinstance(e, TextDelta) for e in batch):
+                    with _errors():
+                        self.status = await control.status(self.sessions.client, self.ref.session_id)
+                    task = task_of(self.status, self.ref.turn)
+                    if MessageToDict(task.status.message) != MessageToDict(self.task.status.message):
+                        self.task = task
+                        if task.status.state == TaskState.TASK_STATE_COMPLETED and task.artifacts:
+                            yield TaskArtifactUpdateEvent(
+                                task_id=self.ref.id, context_id=self.ref.session_id, artifact=task.artifacts[0],
+                                append=False, last_chunk=True,
+                            )  # fmt: skip
+                        yield TaskStatusUpdateEvent(task_id=self.ref.id, context_id=self.ref.session_id, status=task.status)
+
+    def _current(self) -> bool:
+        return self.ref.turn == self.status.user_turns and self.task.status.state == TaskState.TASK_STATE_WORKING
+
+    def _chunk(self, delta: TextDelta) -> TaskArtifactUpdateEvent:
+        """A delta as a chunk of the answer; a new step or a retried attempt starts it again."""
+        append = self.streamed == (delta.step, delta.attempt)
+        self.streamed = (delta.step, delta.attempt)
+        return TaskArtifactUpdateEvent(
+            task_id=self.ref.id, context_id=self.ref.session_id, append=append, last_chunk=False,
+            artifact=Artifact(artifact_id=ANSWER, name=ANSWER, parts=[Part(text=delta.text)]),
+        )  # fmt: skip
+
+
+class SessionTasks(RequestHandler):
+    """A2A's requests answered from the sessions: no task lives in this process."""
+
+    def __init__(self, sessions_of: Callable[[], Sessions]):
+        self.sessions_of = sessions_of
+
+    # ---- reading ---------------------------------------------------------------------
+
+    async def _status(self, user: User, ref: TaskRef) -> SessionStatus:
+        try:
+            return await self.sessions_of().owners.status(user, ref.session_id)
+        except SessionNotFound:
+            raise TaskNotFoundError(message=f"no task {ref.id!r}") from None
+
+    async def _task(self, user: User, ref: TaskRef) -> Task:
+        """The task as it is now, with its message and (for earlier turns) its answer."""
+        with _errors():
+            status = await self._status(user, ref)
+            history = await control.history(self.sessions_of().client, ref.session_id)
+        return task_of(status, ref.turn, history)
+
+    @validate_request_params
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        task = await self._task(_user(context), TaskRef.parse(params.id))
+        return apply_history_length(task, params)
+
+    @validate_request_params
+    async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        """A context's tasks, every turn; without one, the latest task of each session the
+        user may see (newest first)."""
+        user, sessions = _user(context), self.sessions_of()
+        found: list[Task] = []
+        with _errors():
+            if params.context_id:
+                status = await self._status(user, TaskRef(params.context_id, 1))
+                history = await control.history(sessions.client, params.context_id)
+                found = [task_of(status, n, history) for n in range(1, status.user_turns + status.queued_messages + 1)]
+            else:
+                limit = params.page_size if params.HasField("page_size") and params.page_size > 0 else 50
+                for row in await sessions.owners.listing(user, None, min(limit, 100)):
+                    try:
+                        status = SessionStatus.model_validate(row)
+                    except ValueError:
+                        continue  # a session that did not answer: no status to derive a task from
+                    found.append(task_of(status, status.user_turns))
+        if params.status:
+            found = [t for t in found if t.status.state == params.status]
+        for task in found:
+            if not params.include_artifacts:
+                task.ClearField("artifacts")
+            if params.HasField("history_length"):
+                task.CopyFrom(apply_history_length(task, params))
+        return ListTasksResponse(tasks=found, page_size=len(found), total_size=len(found))
+
+    # ---- sending ---------------------------------------------------------------------
+
+    async def _deliver(self, params: SendMessageRequest, user: User) -> tuple[TaskRef, SessionStatus]:
+        """Start a session, send it a message, or record decisions; the task the message
+        is for, and the session's status after it."""
+        sessions, message = self.sessions_of(), params.message
+        text = "\n".join(p.text for p in message.parts if p.HasField("text")).strip()
+        data = [_whole(MessageToDict(p.data)) for p in message.parts if p.HasField("data")]
+        decisions = [d for d in data if isinstance(d, dict) and ("approve" in d or "deny" in d)]
+        session_id = message.context_id or None
+        ref = TaskRef.parse(message.task_id) if message.task_id else None
+        if ref is not None:
+            if session_id is not None and session_id != ref.session_id:
+                raise InvalidParamsError(message=f"task {ref.id} belongs to context {ref.session_id}, not {session_id}")
+            session_id = ref.session_id
+        status: SessionStatus | None = None
+        if session_id is not None:
+            try:
+                status = await sessions.owners.status(user, session_id)
+            except SessionNotFound:
+                if ref is not None or decisions:
+                    raise TaskNotFoundError(message=f"no task {ref.id if ref else session_id!r}") from None
+        if decisions:
+            if status is None or session_id is None:
+                raise InvalidParamsError(message="a decision answers a task: give its taskId (or its contextId)")
+            for found in decisions:
+                await self._decide(sessions, user, session_id, found)
+            ref = ref or TaskRef(session_id, status.user_turns)
+        elif ref is not None:
+            raise InvalidParamsError(
+                message=f"a reply to task {ref.id} is a decision: a data part {{\"approve\": TOOL_USE_ID}} or "
+                f"{{\"deny\": TOOL_USE_ID, \"reason\": ...}}; send the next message with contextId {ref.session_id} only"
+            )
+        elif not text:
+            raise InvalidParamsError(message="the message has no text")
+        elif status is not None and session_id is not None:
+            position = await steering.act(sessions, user, session_id, AgentWorkflow.send_message, steering.message(text))
+            ref = TaskRef(session_id, int(position))
+        else:
+            agent = _metadata(message.metadata).get("agent") or _metadata(params.metadata).get("agent")
+            if agent is not None and not isinstance(agent, str):
+                raise InvalidParamsError(message="metadata.agent names an agent: a string")
+            started = await steering.start(sessions, user, goal=text, agent=agent, session_id=session_id, chat=True)
+            ref = TaskRef(started.session_id, 1)
+        return ref, await control.status(sessions.client, ref.session_id)
+
+    async def _decide(self, sessions: Sessions, user: User, session_id: str, found: dict[str, Any]) -> None:
+        approve = "approve" in found
+        tool_use_id = found.get("approve" if approve else "deny")
+        if not isinstance(tool_use_id, str) or ("approve" in found and "deny" in found):
+            raise InvalidParamsError(message='a decision is {"approve": TOOL_USE_ID} or {"deny": TOOL_USE_ID}')
+        edited, reason = found.get("input"), found.get("reason")
+        if approve and edited is not None and not isinstance(edited, dict):
+            raise InvalidParamsError(message="the edited input must be a JSON object")
+        if not approve and reason is not None and not isinstance(reason, str):
+            raise InvalidParamsError(message="the reason must be a string")
+        decision = (
+            steering.decision(user, tool_use_id, input=edited if approve else None)
+            if approve
+            else steering.decision(user, tool_use_id, reason=reason)
+        )
+        await steering.decide(sessions, user, session_id, decision, approve)
+
+    @validate_request_params
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
+        user = _user(context)
+        with _errors():
+            ref, status = await self._deliver(params, user)
+            if not params.configuration.return_immediately:
+                following = _Following(self.sessions_of(), ref, status)
+                async for _ in following.events(time.monotonic() + BLOCKING_SECONDS):
+                    pass
+        return apply_history_length(await self._task(user, ref), params.configuration)
+
+    @validate_request_params
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent]:
+        user = _user(context)
+        with _errors():
+            ref, status = await self._deliver(params, user)
+        async for event in self._stream(user, ref, status):
+            yield event
+
+    async def _stream(
+        self, user: User, ref: TaskRef, status: SessionStatus
+    ) -> AsyncGenerator[Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent]:
+        task = await self._task(user, ref)
+        yield task
+        if task.status.state in STOPS:
+            return
+        following = _Following(self.sessions_of(), ref, status)
+        async for event in following.events(None):
+            yield event
+
+    @validate_request_params
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent]:
+        user, ref = _user(context), TaskRef.parse(params.id)
+        with _errors():
+            status = await self._status(user, ref)
+        if task_of(status, ref.turn).status.state in TERMINAL:
+            raise UnsupportedOperationError(message=f"task {ref.id} has ended; read it with GetTask")
+        async for event in self._stream(user, ref, status):
+            yield event
+
+    @validate_request_params
+    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+        """Cancel the task's session (it ends `cancelled`); answers the task once it has."""
+        user, ref = _user(context), TaskRef.parse(params.id)
+        with _errors():
+            status = await self._status(user, ref)
+            if task_of(status, ref.turn).status.state in TERMINAL:
+                raise TaskNotCancelableError(message=f"task {ref.id} has ended")
+            reason = _metadata(params.metadata).get("reason")
+            request = steering.cancel_request(user, reason if isinstance(reason, str) else None)
+            await steering.act(self.sessions_of(), user, ref.session_id, AgentWorkflow.cancel_session, request)
+            status = await control.status(self.sessions_of().client, ref.session_id)
+            following = _Following(self.sessions_of(), ref, status)
+            async for _ in following.events(time.monotonic() + CANCEL_SECONDS):
+                pass
+        return await self._task(user, ref)
+
+    # ---- what this agent does not do -------------------------------------------------
+
+    async def on_create_task_push_notification_config(
+        self, params: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError
+
+    async def on_get_task_push_notification_config(
+        self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError
+
+    async def on_list_task_push_notification_configs(
+        self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
+    ) -> ListTaskPushNotificationConfigsResponse:
+        raise PushNotificationNotSupportedError
+
+    async def on_delete_task_push_notification_config(
+        self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> None:
+        raise PushNotificationNotSupportedError
+
+    async def on_get_extended_agent_card(self, params: GetExtendedAgentCardRequest, context: ServerCallContext) -> AgentCard:
+        raise ExtendedAgentCardNotConfiguredError
+
+
+def _metadata(metadata: struct_pb2.Struct) -> dict[str, Any]:
+    return MessageToDict(metadata) if metadata.fields else {}
+
+
+# ---- the card and the routes -------------------------------------------------------------
+
+
+def agent_card(base_url: str) -> AgentCard:
+    """The card: one skill per agent definition, the bearer scheme, streaming, and the
+    JSON-RPC endpoint at A2A 1.0 and 0.3."""
+    url = base_url.rstrip("/") + PATH
+    try:
+        agents = start_input.describe(start_input.read_definitions())
+    except BadRequest:
+        agents = []
+    skills = [
+        AgentSkill(
+            id=a["name"], name=a["name"], tags=["agent", *(["default"] if a["default"] else [])],
+            description=a["description"] or f"the {a['name']} agent ({a['model']})",
+        )
+        for a in agents
+    ] or [AgentSkill(id="session", name="session", description="an agent session with the worker's tools", tags=["agent"])]  # fmt: skip
+    return AgentCard(
+        name="Agent sessions",
+        description=(
+            "Durable agent sessions (each one a Temporal workflow). A message starts a chat session "
+            "(contextId = its id; metadata.agent picks the agent) or is its next message; each message "
+            'is one task. A tool call waiting for approval makes the task input-required: reply with a '
+            'data part {"approve": TOOL_USE_ID} or {"deny": TOOL_USE_ID, "reason": "..."}.'
+        ),
+        version="1",
+        supported_interfaces=[
+            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_1_0),
+            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_0_3),
+        ],
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False, extended_agent_card=False),
+        security_schemes={
+            "bearer": SecurityScheme(
+                http_auth_security_scheme=HTTPAuthSecurityScheme(
+                    scheme="bearer", description="a token of the API's users (AGENT_API_USERS)"
+                )
+            )
+        },
+        security_requirements=[SecurityRequirement(schemes={"bearer": StringList()})],
+        default_input_modes=["text/plain", "application/json"],
+        default_output_modes=["text/plain", "application/json"],
+        skills=skills,
+    )
+
+
+def install(app: FastAPI, users: Users, sessions_of: Callable[[], Sessions]) -> None:
+    """The card (public) and the JSON-RPC endpoint (bearer token) on the API's app."""
+    dispatcher = JsonRpcDispatcher(SessionTasks(sessions_of), context_builder=CallContext(), enable_v0_3_compat=True)
+
+    async def rpc(request: Request) -> Response:
+        try:
+            request.scope[SCOPE_USER] = bearer_user(users, request.headers.get("authorization"))
+        except AgentError as err:
+            return error_response(401, "Unauthorized", str(err), {"WWW-Authenticate": "Bearer"})
+        return await dispatcher.handle_requests(request)
+
+    async def card(request: Request) -> Response:
+        return JSONResponse(agent_card_to_dict(agent_card(str(request.base_url))))
+
+    app.router.routes.append(Route(PATH, rpc, methods=["POST"]))
+    app.router.routes.append(Route(AGENT_CARD_WELL_KNOWN_PATH, card, methods=["GET"]))

@@ -1,0 +1,215 @@
+"""The sessions as an A2A agent, driven by the `a2a-sdk` client against a real `python
+api.py`: the public card, sends (blocking and not), a tool call waiting for approval as
+input-required and approved by a data part with an edited input, the next message of the
+chat as the next task, streaming (status updates and the text as artifact chunks),
+cancel and get, a 0.3 client on the same endpoint, a task read again after the API
+restarted, and a user who reaches only their own tasks."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.helpers import get_artifact_text, get_data_parts
+from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+)
+from google.protobuf import struct_pb2
+from google.protobuf.json_format import ParseDict
+from temporalio.client import Client as TemporalClient
+
+from devservers import temporal_server
+from devservers.fakemodel import FakeModelServer
+from sessions import control
+from tests.conftest import answer, tool_use
+from tests.support.api import TOKENS, ApiProcess, serve_api, wait_for
+
+EMAIL = {"to": "team@example.com", "subject": "hi", "body": "x"}
+EDITED = {**EMAIL, "to": "boss@example.com"}
+pytestmark = pytest.mark.xdist_group("a2a-api")
+
+
+@pytest_asyncio.fixture(scope="module")
+async def api(
+    client: TemporalClient, dev_server: temporal_server.DevServer, fake_model: FakeModelServer, data_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[ApiProcess]:  # fmt: skip
+    async with serve_api(client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("a2a-api")) as server:
+        yield server
+
+
+@asynccontextmanager
+async def agent(api: ApiProcess, user: str, *, streaming: bool = False, version: str = "1.0") -> AsyncIterator[Client]:
+    """An A2A client for `user`, from the agent's card, speaking `version` of the protocol."""
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKENS[user]}"}, timeout=90) as http:
+        card = await A2ACardResolver(http, api.url).get_agent_card()
+        keep = [i for i in card.supported_interfaces if i.protocol_version == version]
+        del card.supported_interfaces[:]
+        card.supported_interfaces.extend(keep)
+        client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(card)
+        try:
+            yield client
+        finally:
+            await client.close()
+
+
+def new_id() -> str:
+    return f"a2a-{uuid.uuid4().hex[:10]}"
+
+
+def message(
+    *, text: str | None = None, data: dict[str, Any] | None = None, context_id: str = "", task_id: str = ""
+) -> Message:
+    parts = [Part(text=text)] if text is not None else []
+    if data is not None:
+        parts.append(Part(data=ParseDict(data, struct_pb2.Value())))
+    return Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=parts, context_id=context_id, task_id=task_id)
+
+
+async def send(client: Client, sent: Message, *, immediately: bool = False) -> Task:
+    request = SendMessageRequest(message=sent, configuration=SendMessageConfiguration(return_immediately=immediately))
+    responses: list[StreamResponse] = [r async for r in client.send_message(request)]
+    assert len(responses) == 1 and responses[0].HasField("task"), responses
+    return responses[0].task
+
+
+def pending(task: Task) -> list[dict[str, Any]]:
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED, task
+    [data] = get_data_parts(task.status.message.parts)
+    return data["pending_approvals"]
+
+
+def answer_of(task: Task) -> str:
+    [artifact] = task.artifacts
+    return get_artifact_text(artifact)
+
+
+async def test_the_card_is_public_and_the_endpoint_needs_a_token(api: ApiProcess):
+    async with httpx.AsyncClient() as http:
+        card = (await http.get(f"{api.url}/.well-known/agent-card.json")).json()
+        for headers in ({}, {"Authorization": "Bearer wrong-token-000"}, {"Cookie": "agent_session=x"}):
+            refused = await http.post(f"{api.url}/a2a", headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "GetTask"})
+            assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer", refused.text
+    assert {s["id"] for s in card["skills"]} == {"assistant", "researcher", "note-keeper"}
+    assert card["capabilities"]["streaming"] is True
+    assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "bearer"
+    assert {(i["url"], i["protocolVersion"]) for i in card["supportedInterfaces"]} == {
+        (f"{api.url}/a2a", "1.0"), (f"{api.url}/a2a", "0.3")
+    }
+    assert card["url"] == f"{api.url}/a2a" and card["protocolVersion"] == "0.3"  # what 0.3 clients read
+
+
+async def test_a_chat_with_an_approval_survives_a_restart_and_stays_its_users(
+    api: ApiProcess, client: TemporalClient, fake_model: FakeModelServer
+):
+    session_id = new_id()
+    fake_model.script.set(session_id, [
+        tool_use("send_email", EMAIL, id="e1", text="Emailing the team."), answer("Sent it."), answer("Nothing else."),
+    ])  # fmt: skip
+    async with agent(api, "alice") as alice:
+        first = await send(alice, message(text="email the team", context_id=session_id))
+        assert first.id == f"{session_id}.turn-1" and first.context_id == session_id
+        [call] = pending(first)
+        assert call["tool_use_id"] == "e1" and call["name"] == "send_email" and call["input"] == EMAIL
+    api.restart()  # the task is the session's: nothing of it lived in the old process
+    async with agent(api, "alice") as alice, agent(api, "bob") as bob:
+        assert pending(await alice.get_task(GetTaskRequest(id=first.id)))[0]["tool_use_id"] == "e1"
+        with pytest.raises(Exception, match="no task"):
+            await bob.get_task(GetTaskRequest(id=first.id))
+        with pytest.raises(Exception, match="no task"):
+            await send(bob, message(data={"approve": "e1"}, task_id=first.id, context_id=session_id))
+        with pytest.raises(Exception, match="no task"):
+            await bob.cancel_task(CancelTaskRequest(id=first.id))
+        with pytest.raises(Exception, match="a decision"):
+            await send(alice, message(text="yes please", task_id=first.id, context_id=session_id))
+
+        done = await send(alice, message(data={"approve": "e1", "input": EDITED}, task_id=first.id, context_id=session_id))
+        assert done.id == first.id and done.status.state == TaskState.TASK_STATE_COMPLETED, done
+        assert answer_of(done) == "Sent it."
+        history = control.history_document(await control.history(client, session_id))
+        [sent] = [c for c in history["tool_calls"] if c["tool_use_id"] == "e1"]
+        assert sent["approved_input"] == EDITED and sent["decided_by"] == "alice", sent
+
+        second = await send(alice, message(text="anything else?", context_id=session_id))
+        assert second.id == f"{session_id}.turn-2" and second.status.state == TaskState.TASK_STATE_COMPLETED
+        assert answer_of(second) == "Nothing else."
+        again = await alice.get_task(GetTaskRequest(id=first.id))
+        assert again.status.state == TaskState.TASK_STATE_COMPLETED and answer_of(again) == "Sent it."
+        assert [p.text for m in again.history for p in m.parts] == ["email the team"]
+        with pytest.raises(Exception, match="has ended"):
+            await alice.cancel_task(CancelTaskRequest(id=first.id))
+
+
+async def test_a_send_that_returns_at_once_then_get_and_cancel(api: ApiProcess, fake_model: FakeModelServer):
+    session_id = new_id()
+    fake_model.script.set(session_id, [tool_use("wait_for_cancel", {"seconds": 60}, id="w1")])
+    async with agent(api, "alice") as alice, agent(api, "alice", streaming=True) as watching:
+        task = await send(alice, message(text="wait a minute", context_id=session_id), immediately=True)
+        assert task.status.state == TaskState.TASK_STATE_WORKING, task
+        assert (await alice.get_task(GetTaskRequest(id=task.id))).status.state == TaskState.TASK_STATE_WORKING
+        subscription = watching.subscribe(SubscribeToTaskRequest(id=task.id))
+        first = await anext(subscription)
+        assert first.task.status.state == TaskState.TASK_STATE_WORKING
+        cancelled = await alice.cancel_task(CancelTaskRequest(id=task.id))
+        assert cancelled.status.state == TaskState.TASK_STATE_CANCELED, cancelled
+        assert (await alice.get_task(GetTaskRequest(id=task.id))).status.state == TaskState.TASK_STATE_CANCELED
+        rest = [e async for e in subscription]
+        assert rest[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED, rest
+
+
+async def test_streaming_sends_status_updates_and_the_text_as_chunks(
+    api: ApiProcess, client: TemporalClient, fake_model: FakeModelServer
+):
+    session_id = new_id()
+    # The model activity publishes deltas once a call has run 0.5 s: the text takes 1.2 s.
+    text = "one two three four five six seven eight nine ten eleven twelve"
+    fake_model.script.set(session_id, [answer(text, pace=0.1)])
+    async with agent(api, "alice", streaming=True) as alice:
+        with pytest.raises(Exception, match="no agent 'nobody'"):
+            await anext(alice.send_message(SendMessageRequest(message=message(text="count"), metadata={"agent": "nobody"})))
+        sent = message(text="count", context_id=session_id)
+        sent.metadata.update({"agent": "researcher"})
+        events = [e async for e in alice.send_message(SendMessageRequest(message=sent))]
+    assert (await control.status(client, session_id)).agent == "researcher"
+    assert events[0].HasField("task") and events[0].task.id == f"{session_id}.turn-1"
+    chunks = [e.artifact_update for e in events if e.HasField("artifact_update") and not e.artifact_update.last_chunk]
+    assert len(chunks) >= 3 and all(c.append for c in chunks[1:]), chunks
+    assert "".join(get_artifact_text(c.artifact) for c in chunks).strip() == text
+    [final] = [e.artifact_update for e in events if e.HasField("artifact_update") and e.artifact_update.last_chunk]
+    assert get_artifact_text(final.artifact) == text
+    assert events[-1].HasField("status_update")
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+async def test_a_0_3_client_sends_without_blocking_and_approves(api: ApiProcess, fake_model: FakeModelServer):
+    session_id = new_id()
+    fake_model.script.set(session_id, [tool_use("send_email", EMAIL, id="e1"), answer("Sent.")])
+    async with agent(api, "bob", version="0.3") as bob:
+        started = await send(bob, message(text="email", context_id=session_id), immediately=True)
+        assert started.id == f"{session_id}.turn-1"
+        assert started.status.state in (TaskState.TASK_STATE_WORKING, TaskState.TASK_STATE_INPUT_REQUIRED)
+        async def waiting_for_approval() -> Task | None:
+            found = await bob.get_task(GetTaskRequest(id=started.id))
+            return found if found.status.state != TaskState.TASK_STATE_WORKING else None
+
+        waiting = await wait_for(waiting_for_approval, 30, "the task to need input")
+        assert pending(waiting)[0]["tool_use_id"] == "e1"
+        done = await send(bob, message(data={"deny": "e1", "reason": "not today"}, task_id=started.id, context_id=session_id))
+        assert done.status.state == TaskState.TASK_STATE_COMPLETED and answer_of(done) == "Sent.", done
