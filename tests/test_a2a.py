@@ -21,6 +21,7 @@ from a2a.helpers import get_artifact_text, get_data_parts
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Part,
     Role,
@@ -155,6 +156,10 @@ async def test_a_chat_with_an_approval_survives_a_restart_and_stays_its_users(
         assert [p.text for m in again.history for p in m.parts] == ["email the team"]
         with pytest.raises(Exception, match="has ended"):
             await alice.cancel_task(CancelTaskRequest(id=first.id))
+        listed = await alice.list_tasks(ListTasksRequest(context_id=session_id, include_artifacts=True))
+        assert [(t.id, answer_of(t)) for t in listed.tasks] == [(first.id, "Sent it."), (second.id, "Nothing else.")]
+        with pytest.raises(Exception, match="no task"):
+            await bob.list_tasks(ListTasksRequest(context_id=session_id))
 
 
 async def test_a_send_that_returns_at_once_then_get_and_cancel(api: ApiProcess, fake_model: FakeModelServer):
