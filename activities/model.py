@@ -10,7 +10,6 @@ publishes its text deltas to the session's stream.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import time
@@ -24,6 +23,7 @@ from temporalio.exceptions import ApplicationError
 from activities.attempt_telemetry import model_call_telemetry
 from activities.context import Fitted, estimate_tokens, fit, summary_request
 from activities.deltas import Deltas
+from activities.heartbeat import Heartbeats
 from activities.model_errors import PROMPT_TOO_LONG, TRANSCRIPT_MISSING
 from activities.providers import ModelTurn, Provider, ProviderCall, resolve
 from activities.transcript import TranscriptMissing, TranscriptStore, open_store
@@ -32,7 +32,6 @@ from activities.wire import ModelReply, ModelRequest, ToolSpec, tool_specs_text
 if TYPE_CHECKING:  # the SDKs are imported where a provider is built (activities.providers)
     import anthropic
 
-HEARTBEAT_EVERY_S = 1.0
 SIZES_KEPT = 1024  # transcripts whose token estimates are kept, like the store's own cache
 PROMPT_TOO_LONG_REFITS = 3
 REFIT_SHRINK = 0.7  # of the estimate that was too long: the estimate was off by this much
@@ -70,16 +69,14 @@ class ModelActivities:
         sizes = [*self._sizes_of(request.transcript_ref, base), *map(estimate_tokens, new)]
         attempt = activity.info().attempt
         started = time.monotonic()
-        beat = asyncio.create_task(_heartbeat_forever())
+        beats = Heartbeats()  # only with a heartbeat timeout (activities/heartbeat.py)
         try:
-            async with Deltas(request.step, attempt, started) as deltas:
+            async with beats, Deltas(request.step, attempt, started) as deltas:
                 turn, fitted = await self._send(provider, model, request, base + new, sizes, deltas)
         except ApplicationError:
             raise
         except Exception as err:
             raise provider.classify(err) from err
-        finally:
-            beat.cancel()
         ref = await self._record(request, new, base + new, sizes, turn)
         return ModelReply(
             message=turn.message,
@@ -90,6 +87,7 @@ class ModelActivities:
             latency_ms=int((time.monotonic() - started) * 1000),
             attempt=attempt,
             context_dropped=len(fitted.dropped),
+            heartbeats=beats.sent,
         )
 
     async def _load(self, request: ModelRequest) -> tuple[ModelRequest, Messages, Messages]:
@@ -216,12 +214,3 @@ def _call(request: ModelRequest, model: str, messages: Messages) -> ProviderCall
 def _session_headers(request: ModelRequest) -> dict[str, str]:
     # Lets a local test server script turns per session; the real API ignores them.
     return {"x-agent-session": request.session_id, "x-agent-step": str(request.step)}
-
-
-async def _heartbeat_forever() -> None:
-    # The first beat after one interval, not at the start: a call that answers within
-    # it costs the server no heartbeat at all (cancellation still arrives within about
-    # two intervals, and the heartbeat timeout is ten times longer).
-    while True:
-        await asyncio.sleep(HEARTBEAT_EVERY_S)
-        activity.heartbeat()

@@ -15,17 +15,17 @@ import json
 import time
 import typing
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from temporalio import activity
 
 from activities.attempt_telemetry import tool_call_telemetry
+from activities.heartbeat import Heartbeats
 from activities.transcript import TranscriptStore, open_store
 from activities.wire import ToolOutcome, ToolPolicy, ToolRequest, ToolSpec
 
-HEARTBEAT_EVERY_S = 1.0
 INLINE_OUTPUT_CHARS = 1024
 
 
@@ -37,10 +37,14 @@ class ToolContext:
     user_id: str
     tool_use_id: str
     idempotency_key: str
+    _beats: Heartbeats | None = field(default=None, repr=False, compare=False)
 
     def heartbeat(self, *details: Any) -> None:
-        """Report progress; also how a long tool learns that it was cancelled."""
-        if activity.in_activity() and not activity.info().is_local:
+        """Report progress; also how a long tool learns that it was cancelled. Sent at most
+        once a second (activities/heartbeat.py); safe to call from a synchronous tool's thread."""
+        if self._beats is not None:
+            self._beats.beat(*details)
+        elif activity.in_activity() and not activity.info().is_local:
             activity.heartbeat(*details)
 
 
@@ -147,9 +151,10 @@ def truncate(text: str, limit: int) -> tuple[str, int]:
 
 
 async def finish_outcome(
-    store: TranscriptStore, content: str, *, is_error: bool, max_output: int, started: float
+    store: TranscriptStore, content: str, *, is_error: bool, max_output: int, started: float, heartbeats: int = 0
 ) -> ToolOutcome:
-    """A tool's text as history records it: UTF-8 safe, cut to `max_output`, stored when long."""
+    """A tool's text as history records it: UTF-8 safe, cut to `max_output`, stored when long;
+    with the attempt that ran it and the heartbeats the call sent."""
     # Text decoded with surrogateescape (file names, subprocess output) cannot be
     # encoded as UTF-8 for history: escape those characters, or the result never arrives.
     content = content.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -161,6 +166,8 @@ async def finish_outcome(
         is_error=is_error,
         truncated_chars=cut,
         duration_ms=int((time.monotonic() - started) * 1000),
+        attempt=_attempt(),
+        heartbeats=heartbeats,
     )
 
 
@@ -201,37 +208,38 @@ class ToolActivities:
     async def run_tool(self, request: ToolRequest) -> ToolOutcome:
         """Run one tool call; its errors become an is_error outcome."""
         started = time.monotonic()
+        attempt = _attempt()
         found = self._tools.get(request.name)
         if found is None:
-            return ToolOutcome(content=self._unknown(request.name), is_error=True)
+            return ToolOutcome(content=self._unknown(request.name), is_error=True, attempt=attempt)
         try:
             args = found.parse(request.input)
         except ValidationError as err:
-            return ToolOutcome(content=describe_validation_error(found.name, err), is_error=True)
-        ctx = ToolContext(
-            session_id=request.session_id,
-            user_id=request.user_id,
-            tool_use_id=request.tool_use_id,
-            idempotency_key=f"{request.session_id}:{request.tool_use_id}",
-        )
-        beat = asyncio.create_task(_heartbeat_forever(ctx))
-        try:
-            value = await found.call(args, ctx)
-            content, is_error = render_output(value), False
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:  # a tool's failure is the model's to handle
-            content, is_error = f"{type(err).__name__}: {err}", True
-        finally:
-            beat.cancel()
-        return await finish_outcome(self._store, content, is_error=is_error, max_output=request.max_output, started=started)
+            return ToolOutcome(content=describe_validation_error(found.name, err), is_error=True, attempt=attempt)
+        async with Heartbeats() as beats:
+            ctx = ToolContext(
+                session_id=request.session_id,
+                user_id=request.user_id,
+                tool_use_id=request.tool_use_id,
+                idempotency_key=f"{request.session_id}:{request.tool_use_id}",
+                _beats=beats,
+            )
+            try:
+                value = await found.call(args, ctx)
+                content, is_error = render_output(value), False
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # a tool's failure is the model's to handle
+                content, is_error = f"{type(err).__name__}: {err}", True
+        return await finish_outcome(
+            self._store, content, is_error=is_error, max_output=request.max_output, started=started,
+            heartbeats=beats.sent,
+        )  # fmt: skip
 
     def _unknown(self, name: str) -> str:
         return f"unknown tool {name!r}; available tools: {', '.join(sorted(self._tools))}"
 
 
-async def _heartbeat_forever(ctx: ToolContext) -> None:
-    # First beat after one interval: a tool that returns within it costs no heartbeat.
-    while True:
-        await asyncio.sleep(HEARTBEAT_EVERY_S)
-        ctx.heartbeat()
+def _attempt() -> int:
+    """The activity's attempt (1 when a test calls it directly)."""
+    return activity.info().attempt if activity.in_activity() else 1

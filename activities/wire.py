@@ -162,6 +162,8 @@ class ModelReply(BaseModel):
     attempt: int = 1
     # Messages left out of this call to fit the context window (the transcript keeps them).
     context_dropped: int = 0
+    # Heartbeats the call sent over all its attempts (activities/heartbeat.py).
+    heartbeats: int = 0
 
     @field_validator("stop_reason", mode="before")
     @classmethod
@@ -198,3 +200,6 @@ class ToolOutcome(BaseModel):
     is_error: bool = False
     truncated_chars: int = 0
     duration_ms: int = 0
+    # The attempt that ran it, and the heartbeats it sent over all its attempts.
+    attempt: int = 1
+    heartbeats: int = 0

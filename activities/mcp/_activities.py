@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.attempt_telemetry import tool_call_telemetry
+from activities.heartbeat import Heartbeats
 from activities.mcp import _errors
 from activities.mcp._convert import USABLE_NAME, full_name, input_error, result_text, split_name, to_spec
-from activities.tools import HEARTBEAT_EVERY_S, finish_outcome
+from activities.tools import finish_outcome
 from activities.transcript import TranscriptStore, open_store
 from activities.wire import ToolOutcome, ToolRequest, ToolSpec
 from infra.definitions import McpServer
@@ -52,7 +52,8 @@ class McpActivities:
     async def list_mcp_tools(self, servers: list[str]) -> list[ToolSpec]:
         """The tools of the named servers, as `SERVER__TOOL` specs, in the order given."""
         # Side by side: the listing takes as long as the slowest server, not their sum.
-        async with _heartbeating():
+        # Its heartbeats (with a heartbeat timeout) go uncounted: the result is the list.
+        async with Heartbeats():
             listed = await asyncio.gather(*(self._list(s) for s in servers), return_exceptions=True)
         for result in listed:
             if isinstance(result, BaseException):
@@ -62,7 +63,7 @@ class McpActivities:
     @activity.defn(name="check_mcp_input")
     async def check_mcp_input(self, request: ToolRequest) -> str | None:
         """Validate a call's input against the tool's schema without calling it; the error, or None."""
-        async with _heartbeating():
+        async with Heartbeats():
             found = await self._spec(request.name)
         if isinstance(found, str):
             return found
@@ -74,11 +75,12 @@ class McpActivities:
         """Call one MCP tool; its errors become an is_error outcome, a failed server raises."""
         started = time.monotonic()
         # From the start: starting a stdio server and listing its tools may come first.
-        async with _heartbeating():
+        async with Heartbeats() as beats:
             content, is_error = await self._checked_call(request)
         return await finish_outcome(
-            self._store, content, is_error=is_error, max_output=request.max_output, started=started
-        )
+            self._store, content, is_error=is_error, max_output=request.max_output, started=started,
+            heartbeats=beats.sent,
+        )  # fmt: skip
 
     async def _checked_call(self, request: ToolRequest) -> tuple[str, bool]:
         found = await self._spec(request.name)
@@ -161,21 +163,3 @@ async def _list_all(client: Client) -> list[Tool]:
     raise ApplicationError(
         f"the tool listing went on for more than {MAX_LIST_PAGES} pages", non_retryable=True
     )
-
-
-@contextlib.asynccontextmanager
-async def _heartbeating() -> AsyncGenerator[None, None]:
-    """Heartbeat while the body runs, so a worker that dies is noticed by its heartbeat timeout."""
-    beat = asyncio.create_task(_heartbeat_forever())
-    try:
-        yield
-    finally:
-        beat.cancel()
-
-
-async def _heartbeat_forever() -> None:
-    # First beat after one interval: a call that returns within it costs no heartbeat.
-    while True:
-        await asyncio.sleep(HEARTBEAT_EVERY_S)
-        if activity.in_activity() and not activity.info().is_local:
-            activity.heartbeat()
