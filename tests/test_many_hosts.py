@@ -97,13 +97,13 @@ async def hosts(client: Client, dev_server, fake_model: FakeModelServer, s3_env,
 
 def script(steps: int, kill_steps: set[int]) -> list[dict]:
     """A 1 MB tool output first, then one small tool call per step, then the answer.
-    The model calls at `kill_steps` take 3 s, so a kill lands while they run."""
+    The first model call at each of `kill_steps` would take 60 s, so the kill lands while
+    it runs however slow the machine; its retry gets the same turn at once."""
     turns = [tool_use("big_output", {"chars": MB}, id="big")]
     for step in range(2, steps):
         turn = {**tool_use("get_time", id=f"t{step}"), "delay": 0.05}
         if step in kill_steps:
-            # The killed call has its answer cut off; the retry gets the same turn again.
-            turn.update(delay=3, times=2)
+            turns.append({**turn, "delay": 60})  # the killed attempt: never answered
         turns.append(turn)
     turns.append(answer("done"))
     return turns

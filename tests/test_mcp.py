@@ -8,6 +8,7 @@ records their heartbeats.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,7 @@ from infra.definitions import McpServer
 from activities.mcp import McpActivities
 from activities.transcript import TranscriptStore
 from activities.wire import ToolRequest
+from tests.support.mcp_servers import SLOW_STARTED
 
 ROOT = Path(__file__).resolve().parent.parent
 STDIO = [sys.executable, "-m", "tests.support.mcp_servers", "--stdio"]
@@ -51,12 +54,14 @@ def request(name: str, input: dict, max_output: int = 8000, tool_use_id: str = "
 class HttpServer:
     """The test MCP server over streamable HTTP, in a process of its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        """`env` is added to the server's environment."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.mcp_servers", "--http", str(self.port)], cwd=ROOT
-        )
+            [sys.executable, "-m", "tests.support.mcp_servers", "--http", str(self.port)], cwd=ROOT,
+            env={**os.environ, **(env or {})},
+        )  # fmt: skip
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
@@ -77,6 +82,20 @@ def http_server() -> Iterator[HttpServer]:
     server = HttpServer()
     yield server
     server.kill()
+
+
+async def slow_call_started(marker: Path, timeout: float = 30) -> None:
+    """Wait until the test server's `slow` tool has started (it writes `marker`)."""
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        assert time.monotonic() < deadline, f"no slow call started within {timeout:g} s"
+        await asyncio.sleep(0.05)
+
+
+def with_heartbeat_timeout(env: ActivityEnvironment, seconds: float = 3) -> ActivityEnvironment:
+    """The activity scheduled with a heartbeat timeout: without one it sends no heartbeat."""
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=seconds))
+    return env
 
 
 def make(tmp_path: Path, **servers: McpServer) -> tuple[McpActivities, TranscriptStore]:
@@ -193,7 +212,7 @@ async def test_an_unknown_tool_is_an_error_outcome(both: McpActivities) -> None:
 async def test_a_slow_tool_fails_at_the_timeout_and_heartbeats_meanwhile(tmp_path: Path) -> None:
     acts, _ = make(tmp_path, local=McpServer(command=STDIO, env=ENV, timeout_seconds=2.5))
     await acts.list_mcp_tools(["local"])  # the process start is not part of the call
-    env = ActivityEnvironment()
+    env = with_heartbeat_timeout(ActivityEnvironment())  # as `worker.py --heartbeat-timeout 3` runs it
     beats: list[tuple] = []
     env.on_heartbeat = lambda *details: beats.append(details)
     started = time.monotonic()
@@ -210,13 +229,14 @@ async def test_a_slow_tool_fails_at_the_timeout_and_heartbeats_meanwhile(tmp_pat
 
 
 async def test_an_http_server_killed_mid_call_fails_the_call_at_once(tmp_path: Path) -> None:
-    server = HttpServer()
+    started = tmp_path / "slow-started"
+    server = HttpServer(env={SLOW_STARTED: str(started)})
     acts, _ = make(tmp_path, remote=McpServer(url=server.url, timeout_seconds=5))
     try:
         call = asyncio.create_task(
             ActivityEnvironment().run(acts.call_mcp_tool, request("remote__slow", {"seconds": 60}))
         )
-        await asyncio.sleep(1.0)
+        await slow_call_started(started)
         assert not call.done()
         server.kill()
         killed = time.monotonic()
@@ -238,13 +258,14 @@ async def test_an_http_server_killed_mid_call_fails_the_call_at_once(tmp_path: P
 
 
 async def test_a_stdio_server_killed_mid_call_is_started_again_for_the_next_call(tmp_path: Path) -> None:
-    acts, _ = make(tmp_path, local=McpServer(command=STDIO, env=ENV, timeout_seconds=10))
+    started = tmp_path / "slow-started"
+    acts, _ = make(tmp_path, local=McpServer(command=STDIO, env={**ENV, SLOW_STARTED: str(started)}, timeout_seconds=10))
     try:
         first = await server_pid(acts, "local")
         call = asyncio.create_task(
             ActivityEnvironment().run(acts.call_mcp_tool, request("local__slow", {"seconds": 60}))
         )
-        await asyncio.sleep(1.0)
+        await slow_call_started(started)
         os.kill(first, signal.SIGKILL)
         killed = time.monotonic()
         with pytest.raises(ApplicationError) as caught:
@@ -339,7 +360,7 @@ async def test_listing_heartbeats_while_a_slow_server_starts(tmp_path: Path) -> 
         " runpy.run_module('tests.support.mcp_servers', run_name='__main__')"
     )
     acts, _ = make(tmp_path, sleepy=McpServer(command=[sys.executable, "-c", slow_start], env=ENV))
-    env = ActivityEnvironment()
+    env = with_heartbeat_timeout(ActivityEnvironment())  # as `worker.py --heartbeat-timeout 3` runs it
     beats: list[tuple] = []
     env.on_heartbeat = lambda *details: beats.append(details)
     try:

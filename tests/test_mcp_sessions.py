@@ -17,7 +17,8 @@ from activities.mcp import McpActivities
 from tests.conftest import Harness, answer, model_activities, tool_use
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
-from tests.test_mcp import ENV, STDIO, HttpServer
+from tests.support.mcp_servers import SLOW_STARTED
+from tests.test_mcp import ENV, STDIO, HttpServer, slow_call_started
 from tests.test_watch import wait_for_status
 from worker import build_worker
 from workflows.agent import AgentWorkflow
@@ -28,8 +29,8 @@ AGENT = AgentSpec(name="mcp-user", mcp_servers=["local", "remote"], approval={"r
 
 
 @pytest_asyncio.fixture
-async def mcp_harness(client: Client, fake_model, data_dir) -> AsyncIterator[tuple[Harness, HttpServer]]:
-    http = HttpServer()
+async def mcp_harness(client: Client, fake_model, data_dir, tmp_path) -> AsyncIterator[tuple[Harness, HttpServer]]:
+    http = HttpServer(env={SLOW_STARTED: str(tmp_path / "slow-started")})
     mcp = McpActivities(
         {"local": McpServer(command=STDIO, env=ENV, timeout_seconds=5),
          "remote": McpServer(url=http.url, timeout_seconds=5)}
@@ -66,8 +67,9 @@ async def test_mcp_tools_over_stdio_and_http_with_approval(mcp_harness):
            "glob rule (`remote__set_*`)", {})  # fmt: skip
 
 
-async def test_an_mcp_server_killed_mid_call_gives_an_error_result(mcp_harness):
+async def test_an_mcp_server_killed_mid_call_gives_an_error_result(mcp_harness, tmp_path):
     harness, http = mcp_harness
+    started = tmp_path / "slow-started"
     handle = await harness.start(
         [tool_use("remote__slow", {"seconds": 30}, id="w1"), answer("The server went away.")], agent=AGENT
     )
@@ -79,7 +81,7 @@ async def test_an_mcp_server_killed_mid_call_gives_an_error_result(mcp_harness):
             break
         assert time.monotonic() < deadline
         await asyncio.sleep(0.2)
-    await asyncio.sleep(1.0)  # the request is in the server now
+    await slow_call_started(started)  # the request is in the server now
     killed = time.monotonic()
     http.kill()
     result: SessionStatus = await asyncio.wait_for(handle.result(), 60)

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import os
+from pathlib import Path
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
@@ -19,6 +20,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 server = MCPServer("test-tools", log_level="WARNING")
+# A file `slow` writes when a call starts, for the tests that cut a call in flight.
+SLOW_STARTED = "MCP_TEST_SLOW_STARTED"
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -48,6 +51,8 @@ def big(size: int) -> str:
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
 async def slow(seconds: float) -> str:
     """Sleep, then answer."""
+    if started := os.environ.get(SLOW_STARTED):
+        Path(started).write_text(str(os.getpid()))  # the call is in this server now
     await asyncio.sleep(seconds)
     return f"slept {seconds}"
 
