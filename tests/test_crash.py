@@ -46,6 +46,9 @@ STICKY_TIMEOUT_S = STICKY_TIMEOUT.total_seconds()
 # kill answered within 2 s (the sticky timeout and one workflow task).
 NEXT_STEP_BOUND_S = 5.0
 ANSWER_BOUND_S = 2.0
+# How long the idempotent tool a kill interrupts runs: long enough for the test to see it
+# started, find its worker and kill it, however slow the machine.
+TOOL_S = 5.0
 
 
 def _secs(value: float) -> str:
@@ -151,7 +154,7 @@ async def test_kill_during_model_call_calls_it_again_once(procs: ProcessHarness)
 async def test_kill_during_idempotent_tool_runs_it_again_with_the_same_key(procs: ProcessHarness):
     workers = await procs.worker_pool(2)
     handle = await procs.start(
-        [tool_use("slow_upsert", {"key": "k1", "seconds": 2}, id="u1"), answer("Saved.")]
+        [tool_use("slow_upsert", {"key": "k1", "seconds": TOOL_S}, id="u1"), answer("Saved.")]
     )
     await wait_for_effects(handle.id, "slow_upsert")
     first = await holder(handle, workers)
@@ -180,7 +183,7 @@ async def test_kill_during_idempotent_tool_runs_it_again_with_the_same_key(procs
         "the tool ran again on the new worker with the same idempotency key; the session completed",
         {
             "kill to tool run again (heartbeat timeout 3 s + retry 1 s)": _secs(rerun),
-            "kill to next model call scheduled (tool takes 2 s)": _secs(next_step.epoch - killed_at),
+            f"kill to next model call scheduled (tool takes {TOOL_S:g} s)": _secs(next_step.epoch - killed_at),
         },
     )
 
@@ -287,7 +290,7 @@ def _sticky_wait(events: list[Event], since: float) -> float:
 async def test_two_workers_one_killed_the_other_finishes(procs: ProcessHarness):
     workers = await procs.worker_pool(2)
     handle = await procs.start(
-        [tool_use("slow_upsert", {"key": "k2", "seconds": 2}, id="u2"), answer("Done.")]
+        [tool_use("slow_upsert", {"key": "k2", "seconds": TOOL_S}, id="u2"), answer("Done.")]
     )
     [run] = await wait_for_effects(handle.id, "slow_upsert")
     victim = next(w for w in workers if w.pid == run["pid"])
