@@ -159,6 +159,7 @@ def build_worker(
     from activities.tools import ToolActivities
     from infra.connection import task_queue
     from infra.definitions import load_definitions
+    from infra.fingerprint import with_fingerprint
     from workflows.agent import AgentWorkflow
 
     if sandboxed is None:
@@ -170,6 +171,9 @@ def build_worker(
         restrictions = SandboxRestrictions.default.with_passthrough_modules("opentelemetry")
         options.setdefault("workflow_runner", SandboxedWorkflowRunner(restrictions=restrictions))
     options.setdefault("sticky_queue_schedule_to_start_timeout", STICKY_TIMEOUT)
+    if workflow is None:
+        # `wf=<fingerprint>`: followers replay this worker's histories only with the same code.
+        options["identity"] = with_fingerprint(options.get("identity") or client.identity)
     return Worker(
         client,
         task_queue=queue or task_queue(),
