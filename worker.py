@@ -15,6 +15,12 @@ tests, which replay every recorded history inside the sandbox. `--sandbox` (or
 `AGENT_WORKFLOW_SANDBOX=1`) runs the worker sandboxed, for example while changing the
 workflow code.
 
+`--heartbeat-timeout SECONDS` gives the model call, tool and MCP activities a heartbeat
+timeout, and they heartbeat every third of it: a worker killed mid-call is noticed within
+SECONDS. Without it (the default) they send no heartbeats, each of which is a billable
+action on Temporal Cloud, and a dead worker's call is noticed at its start-to-close timeout
+(workflows/options.py; the table in docs/operations/crashes.md).
+
 `--deployment NAME --build-id ID` registers the worker as one version of a Temporal
 Worker Deployment (docs/operations/deployment.md); without them it runs unversioned.
 SIGTERM drains: polling stops, running model calls and tools get `--drain-seconds` to
@@ -38,7 +44,7 @@ import os
 import signal
 import sys
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from infra import extras, otel
 from infra.arguments import positive_float, positive_int
@@ -64,6 +70,13 @@ DEFAULT_DRAIN_SECONDS = 30.0
 # Such a worker wants it longer than its backlog's wait (`--sticky-timeout`;
 # docs/operations/sizing.md).
 STICKY_TIMEOUT = timedelta(seconds=1)
+# The shortest --heartbeat-timeout: beats every third of it.
+MIN_HEARTBEAT_TIMEOUT_S = 1.0
+# The SDK folds heartbeats closer together than its throttle into one. The activities space
+# their own (activities/heartbeat.py: a third of the timeout, a tool's at most one a
+# second), so a throttle below that spacing sends each beat they count, and a cancel
+# reaches a heartbeating activity within one beat.
+HEARTBEAT_THROTTLE = timedelta(seconds=0.5)
 
 
 def load_tools(spec: str) -> list[Tool]:
@@ -143,13 +156,16 @@ def build_worker(
     mcp: McpActivities | None = None,
     sandboxed: bool | None = None,
     workflow: type | None = None,
+    heartbeat_timeout: timedelta | None = None,
     **options,
 ) -> Worker:
     """The worker with the session workflow (default `AgentWorkflow`), the model activity
     and the tool activities.
 
     `sandboxed` (default: on if `AGENT_WORKFLOW_SANDBOX=1` is set, else off) runs the
-    workflow inside Temporal's sandbox; see the module's docstring.
+    workflow inside Temporal's sandbox; see the module's docstring. `heartbeat_timeout`
+    is `--heartbeat-timeout` (default: none). Sessions count their billable actions through
+    the `Metering` interceptor, installed before any in `options["interceptors"]`.
     """
     from temporalio.worker import UnsandboxedWorkflowRunner, Worker
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -161,6 +177,8 @@ def build_worker(
     from infra.definitions import load_definitions
     from infra.fingerprint import with_fingerprint
     from workflows.agent import AgentWorkflow
+    from workflows.metering import Metering
+    from workflows.options import HeartbeatTimeout
 
     if sandboxed is None:
         sandboxed = os.environ.get("AGENT_WORKFLOW_SANDBOX", "") not in ("", "0")
@@ -171,6 +189,9 @@ def build_worker(
         restrictions = SandboxRestrictions.default.with_passthrough_modules("opentelemetry")
         options.setdefault("workflow_runner", SandboxedWorkflowRunner(restrictions=restrictions))
     options.setdefault("sticky_queue_schedule_to_start_timeout", STICKY_TIMEOUT)
+    interceptors = [Metering(), *([HeartbeatTimeout(heartbeat_timeout)] if heartbeat_timeout else [])]
+    options["interceptors"] = [*interceptors, *options.get("interceptors", [])]
+    throttle = min(HEARTBEAT_THROTTLE, heartbeat_timeout / 6) if heartbeat_timeout else HEARTBEAT_THROTTLE
     if workflow is None:
         # `wf=<fingerprint>`: followers replay this worker's histories only with the same code.
         options["identity"] = with_fingerprint(options.get("identity") or client.identity)
@@ -183,11 +204,18 @@ def build_worker(
             *ToolActivities(tools).activities(),
             *(mcp or McpActivities(load_definitions().mcp_servers)).activities(),
         ],
-        # A cancel reaches a heartbeating activity within about two seconds.
-        max_heartbeat_throttle_interval=timedelta(seconds=1),
-        default_heartbeat_throttle_interval=timedelta(seconds=1),
+        max_heartbeat_throttle_interval=throttle,
+        default_heartbeat_throttle_interval=throttle,
         **options,
     )
+
+
+def heartbeat_timeout(text: str) -> timedelta:
+    """`--heartbeat-timeout`'s value: seconds, at least `MIN_HEARTBEAT_TIMEOUT_S`."""
+    seconds = positive_float(text)
+    if seconds < MIN_HEARTBEAT_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_HEARTBEAT_TIMEOUT_S:g} second, not {text}")
+    return timedelta(seconds=seconds)
 
 
 def check_definitions(definitions: Definitions, tools: list[Tool]) -> None:
@@ -204,8 +232,14 @@ def check_definitions(definitions: Definitions, tools: list[Tool]) -> None:
             )
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """A bad flag or value: one line, argparse's exit code."""
+        self.exit(2, f"error: {message} (see: {self.prog} --help)\n")
+
+
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python worker.py", description=(__doc__ or "").partition("\n")[0])
+    parser = _Parser(prog="python worker.py", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--tools", default=DEFAULT_TOOLS, help="module:NAME of a list of tools")
     parser.add_argument("--sandbox", action="store_true", help="run the workflow in Temporal's sandbox")
     parser.add_argument(
@@ -214,6 +248,12 @@ def parse_args() -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--deployment", help="Worker Deployment name (with --build-id): a versioned worker")
     parser.add_argument("--build-id", help="this worker's version in the deployment (with --deployment)")
+    parser.add_argument(
+        "--heartbeat-timeout", type=heartbeat_timeout, metavar="SECONDS",
+        help="give model calls, tools and MCP calls this heartbeat timeout: a worker killed mid-call is "
+             "noticed within SECONDS, for about 3/SECONDS heartbeats a second of each call (default: none; "
+             "noticed at the call's own timeout)",
+    )  # fmt: skip
     parser.add_argument(
         "--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS,
         help="on SIGTERM, seconds running model calls and tools get to finish (default: %(default)g)",
@@ -247,7 +287,7 @@ async def main() -> None:
         worker = build_worker(
             client, tools, mcp=mcp, sandboxed=args.sandbox or None, workflow=workflow,
             deployment_config=versioning, graceful_shutdown_timeout=timedelta(seconds=args.drain_seconds),
-            **capacity_options(args),
+            heartbeat_timeout=args.heartbeat_timeout, **capacity_options(args),
         )  # fmt: skip
     except (Unreachable, DefinitionError, ConfigError, BadConfiguration) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -256,6 +296,8 @@ async def main() -> None:
     if not os.environ.get("ANTHROPIC_API_KEY"):
         logging.warning("ANTHROPIC_API_KEY is not set: model calls will fail until it is")
     where = f", deployment {args.deployment} build {args.build_id}" if versioning else ""
+    if args.heartbeat_timeout:
+        where += f", heartbeat timeout {args.heartbeat_timeout.total_seconds():g} s"
     logging.info("worker on task queue %s%s", task_queue(), where)
     try:
         await otel.run_beside(metrics, run_until_terminated(worker))

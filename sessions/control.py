@@ -8,16 +8,17 @@ handlers are named by their typed references (`AgentWorkflow.status`), never by 
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import json
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType, IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
-from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -34,7 +35,15 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from infra.errors import BadRequest, InvalidInput, NoWorker, Rejected, SessionEnded, SessionExists, SessionNotFound
+from infra.errors import (
+    BadRequest,
+    InvalidInput,
+    NoWorker,
+    Rejected,
+    SessionEnded,
+    SessionExists,
+    SessionNotFound,
+)
 from workflows import search
 from workflows.agent import AgentWorkflow
 from workflows.contract import INVALID_TOOL_INPUT, SessionHistory, SessionInput, SessionStatus, StuckTask
@@ -43,6 +52,8 @@ QUERY_TIMEOUT = timedelta(seconds=20)
 # A stuck session may not answer queries at all: ask briefly, then build the status
 # from its start input.
 STUCK_QUERY_TIMEOUT = timedelta(seconds=3)
+# `list` asks each running session for its billable actions this briefly.
+LIST_QUERY_TIMEOUT = timedelta(seconds=3)
 RUNNING_STATUSES = ("running", "paused", "waiting_approval", "waiting_input")
 
 
@@ -180,7 +191,7 @@ async def stuck_task(client: Client, h: WorkflowHandle) -> StuckTask | None:
             failure = event.workflow_task_failed_event_attributes.failure
             return StuckTask(
                 message=_first_line(failure.message) or "the workflow task failed",
-                since=event.event_time.ToDatetime().replace(tzinfo=timezone.utc),
+                since=event.event_time.ToDatetime().replace(tzinfo=UTC),
                 attempts=pending.attempt,
             )
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
@@ -194,7 +205,7 @@ async def start_input(client: Client, h: WorkflowHandle) -> tuple[SessionInput, 
         async for event in h.fetch_history_events():
             attributes = event.workflow_execution_started_event_attributes
             [started] = await client.data_converter.decode(attributes.input.payloads, [SessionInput])
-            return started, event.event_time.ToDatetime().replace(tzinfo=timezone.utc)
+            return started, event.event_time.ToDatetime().replace(tzinfo=UTC)
     except RPCError as err:
         raise _not_found(err, h.id) from None
     raise SessionNotFound(h.id)
@@ -258,8 +269,8 @@ async def owner_of_call(client: Client, session_id: str, tool_use_id: str) -> st
 async def list_sessions(
     client: Client, *, status: str | None = None, user: str | None = None, limit: int = 50
 ) -> list[dict[str, Any]]:
-    """Sessions, newest first, as rows of the search attributes; running ones whose task
-    keeps failing say `stuck`."""
+    """Sessions, newest first, as rows of the search attributes and their billable actions
+    (`actions`); running ones whose task keeps failing say `stuck`."""
     clauses = ["WorkflowType = 'AgentWorkflow'"]
     if (status not in (None, "stuck") or user is not None) and not await has_search_attributes(client):
         raise BadRequest("filtering needs the Agent* search attributes on this namespace; see the README")
@@ -268,9 +279,8 @@ async def list_sessions(
             clauses.append(f"{key} = {json.dumps(value)}")
     if status == "stuck":
         clauses.append("ExecutionStatus = 'Running'")
-    rows = []
-    async for execution in client.list_workflows(" AND ".join(clauses), limit=limit):
-        rows.append(await _row(client, execution))
+    executions = [e async for e in client.list_workflows(" AND ".join(clauses), limit=limit)]
+    rows = await asyncio.gather(*(_row(client, e) for e in executions))
     return [r for r in rows if status != "stuck" or r["status"] == "stuck"]
 
 
@@ -285,11 +295,46 @@ async def _row(client: Client, execution: Any) -> dict[str, Any]:
         "user": attrs.get(search.AGENT_USER),
         "started": execution.start_time.isoformat() if execution.start_time else None,
     }
+    stuck = None
     if execution.status == WorkflowExecutionStatus.RUNNING:
         stuck = await stuck_task(client, handle(client, execution.id))
         if stuck is not None:
             row["status"], row["stuck"] = "stuck", stuck.model_dump(mode="json")
+    row["actions"] = None if stuck is not None else await _actions(client, execution)
     return row
+
+
+async def _actions(client: Client, execution: Any) -> int | None:
+    """A run's billable actions so far (`temporal_actions`): read from its last event once it
+    has closed (its result, or the state it continued as new with: reading history is not
+    billed), asked of the session while it runs (a query: one more action). None when no
+    worker answers in time, or the run ended without a result (terminated, timed out)."""
+    if execution.status == WorkflowExecutionStatus.RUNNING:
+        try:
+            found = await query(client.get_workflow_handle(execution.id, run_id=execution.run_id),
+                                AgentWorkflow.status, timeout=LIST_QUERY_TIMEOUT)  # fmt: skip
+        except (NoWorker, Rejected, SessionNotFound, RPCError):
+            return None
+        return found.temporal_actions
+    response = await client.workflow_service.get_workflow_execution_history_reverse(
+        GetWorkflowExecutionHistoryReverseRequest(
+            namespace=client.namespace,
+            execution=WorkflowExecution(workflow_id=execution.id, run_id=execution.run_id),
+            maximum_page_size=1,
+        )
+    )
+    if not response.history.events:
+        return None
+    last = response.history.events[0]
+    if last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+        payloads = last.workflow_execution_completed_event_attributes.result.payloads
+        [ended] = await client.data_converter.decode(payloads, [SessionStatus])
+        return ended.temporal_actions
+    if last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+        payloads = last.workflow_execution_continued_as_new_event_attributes.input.payloads
+        [carried] = await client.data_converter.decode(payloads, [SessionInput])
+        return carried.state.temporal_actions if carried.state is not None else None
+    return None
 
 
 def _not_found(err: RPCError, session_id: str) -> Exception:

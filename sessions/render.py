@@ -44,7 +44,10 @@ def print_status(snapshot: SessionStatus, link: str) -> None:
     if snapshot.stop_reason:
         head += f" ({snapshot.stop_reason})"
     console.print(head)
-    console.print(f"steps {snapshot.steps} · {_totals(snapshot.usage.model_dump(), snapshot.cost_usd)}")
+    console.print(
+        f"steps {snapshot.steps} · {_totals(snapshot.usage.model_dump(), snapshot.cost_usd)} · "
+        f"{snapshot.temporal_actions} Temporal actions"
+    )
     for pending in snapshot.pending_approvals:
         print_approval_hint(snapshot.session_id, pending.tool_use_id, pending.name, pending.input)
     if snapshot.stuck is not None:
@@ -64,6 +67,7 @@ def print_history(found: SessionHistory) -> None:
         console.print(
             f"\n[bold]step {turn.step}[/] {turn.model} · {turn.stop_reason} · {turn.latency_ms} ms · "
             f"{turn.usage.total()} tokens" + (f" · ${turn.cost_usd:.4f}" if turn.cost_usd is not None else "")
+            + f" · {turn.temporal_actions} actions"
         )
         if turn.text:
             console.print(escape(turn.text))
@@ -80,12 +84,14 @@ def print_history(found: SessionHistory) -> None:
                     console.print(f"    [dim]{verb} by {escape(call.decided_by)}[/]")
                 console.print(f"    {mark} {call.status}{took}: {escape(shorten(call.output or '', 160))}")
     final = found.status
-    console.print(f"\n[{STYLE.get(final.status, 'cyan')}]{final.status}[/]" + (f" ({final.stop_reason})" if final.stop_reason else ""))
+    console.print(f"\n[{STYLE.get(final.status, 'cyan')}]{final.status}[/]" + (f" ({final.stop_reason})" if final.stop_reason else "")
+                  + f" · {found.temporal_actions} Temporal actions")
     if final.error:
         console.print(f"[red]error:[/] {escape(final.error)}")
 
 
-LIST_COLUMNS = ("session_id", "status", "steps", "tokens", "pending_approvals", "user", "started")
+LIST_COLUMNS = ("session_id", "status", "steps", "tokens", "pending_approvals", "user", "started", "actions")
+HEADINGS = ("session", "status", "steps", "tokens", "approvals", "user", "started", "actions")
 
 
 def print_sessions(rows: list[dict[str, Any]], as_json: bool) -> None:
@@ -97,10 +103,10 @@ def print_sessions(rows: list[dict[str, Any]], as_json: bool) -> None:
         return
     cells = [[str(row[k]) if row.get(k) is not None else "-" for k in LIST_COLUMNS] for row in rows]
     if not console.is_terminal:
-        for line in [["session", "status", "steps", "tokens", "approvals", "user", "started"], *cells]:
+        for line in [list(HEADINGS), *cells]:
             print("\t".join(line))
         return
-    table = Table("session", "status", "steps", "tokens", "approvals", "user", "started", box=None)
+    table = Table(*HEADINGS, box=None)
     for column in table.columns:
         column.overflow = "fold"
         column.no_wrap = False

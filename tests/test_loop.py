@@ -317,9 +317,10 @@ async def test_controls_after_the_end_are_rejected(client: Client, fake_model: F
         for signal, _, args in controls:
             await handle.signal(signal.removesuffix("_session"), *args)  # the signal path: ignored
         after = await handle.query("status", result_type=SessionStatus)
-        assert after.status == "completed" and after.model_dump(exclude={"updated_at"}) == ended.model_dump(
-            exclude={"updated_at"}
-        )
+        changed = {"updated_at", "temporal_actions"}
+        assert after.status == "completed" and after.model_dump(exclude=changed) == ended.model_dump(exclude=changed)
+        # Each ignored signal is still a billable action; a rejected update leaves no trace to count.
+        assert after.temporal_actions == ended.temporal_actions + len(controls)
         accepted = [e async for e in handle.fetch_history_events()
                     if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED]  # fmt: skip
         assert accepted == []

@@ -83,8 +83,9 @@ class HostsHarness(ProcessHarness):
 @pytest_asyncio.fixture
 async def hosts(client: Client, dev_server, fake_model: FakeModelServer, s3_env, tmp_path: Path) -> AsyncIterator[HostsHarness]:
     def host(name: str, queue: str | None) -> Workers:
+        # A killed host's model call is noticed within 3 s, not at its own timeout.
         return Workers(address=dev_server.address, model_url=fake_model.url, data_dir=tmp_path / name,
-                       log_dir=tmp_path / f"logs-{name}", task_queue=queue)
+                       log_dir=tmp_path / f"logs-{name}", task_queue=queue, args=["--heartbeat-timeout", "3"])
 
     queue = f"hosts-{uuid.uuid4().hex[:8]}"
     harness = HostsHarness(client, fake_model, Hosts([host(f"host-{n}", queue) for n in range(3)]), host("alone", None))

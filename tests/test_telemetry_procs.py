@@ -112,13 +112,13 @@ async def test_worker_exports_over_otlp_http_from_environment_alone(
 
 
 async def test_kill_mid_session_adds_no_duplicate_span(procs: ProcessHarness, receiver: OtlpReceiver):
-    first = await procs.worker()
+    first = await procs.worker("--heartbeat-timeout", "3")  # the killed call is noticed within 3 s
     handle = await procs.start([tool_use("slow_upsert", {"key": "k1", "seconds": 3}, id="u1"), answer("Saved.")])
     await wait_for_effects(handle.id, "slow_upsert")
     # Step 1's model span has reached the receiver from the worker about to be killed.
     await wait_until(lambda: _named(receiver.spans_of(handle.id), "chat"), timeout=10, what="step 1's span")
     first.kill()
-    await procs.worker()
+    await procs.worker("--heartbeat-timeout", "3")
     assert (await result_of(handle)).status == "completed"
 
     spans = await _spans_once_ended(receiver, handle.id)

@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         UserMessage,
     )
     from workflows.events import EVENT_TOPIC, Answered, ContinuedAsNew, UserMessageTaken
+    from workflows.metering import Meter, history_length
     from workflows.model_calls import ModelCaller
     from workflows.options import DESCRIBE_TOOLS_ATTEMPTS
     from workflows.session import Finished, HandOver, Session, describe_failure, fmt_duration
@@ -50,10 +51,13 @@ class AgentWorkflow:
     @workflow.init
     def __init__(self, input: SessionInput) -> None:
         state = input.state or SessionState.new(input.goal, workflow.now(), priced=input.price is not None)
+        # A fork's state comes from another session with `runs` 0; a continue-as-new's, from this one.
+        self.meter = Meter(state)  # `Metering` (the worker's interceptor) counts signals and updates here
+        self.meter.run_started(forked=input.state is not None and state.runs == 0)
         state.runs += 1
         self.stream = WorkflowStream(prior_state=state.stream_state)
-        view = SessionView(workflow.info().workflow_id, input, state, self.stream.topic(EVENT_TOPIC))
-        self.session = Session(id=workflow.info().workflow_id, input=input, state=state, view=view)
+        view = SessionView(workflow.info().workflow_id, input, state, self.stream.topic(EVENT_TOPIC), self.meter)
+        self.session = Session(id=workflow.info().workflow_id, input=input, state=state, view=view, meter=self.meter)
         self.steps_at_run_start = state.steps
         self.model = ModelCaller(self.session)
         self.subagents = SubAgents(self.session)
@@ -224,6 +228,7 @@ class AgentWorkflow:
     async def _wait_for_input(self) -> bool:
         """Wait idle for the next message; False when the session ended meanwhile."""
         session, state = self.session, self.session.state
+        timer = history_length()
         try:
             await workflow.wait_condition(
                 lambda: bool(state.queue) or state.closing or state.cancel_requested is not None
@@ -234,6 +239,8 @@ class AgentWorkflow:
         except TimeoutError:
             session.finish("completed", stop_reason="idle_timeout")
             return False
+        finally:
+            self.meter.timer_ended(timer)
         if state.cancel_requested is not None:
             session.finish("cancelled", error=state.cancel_requested or None)
             return False
@@ -254,6 +261,7 @@ class AgentWorkflow:
         remaining = max(0.001, limits.timeout_seconds - elapsed)
         loop = asyncio.create_task(self._loop())
         cancelled = asyncio.create_task(workflow.wait_condition(lambda: state.cancel_requested is not None))
+        timer = history_length()
         timeout = asyncio.create_task(
             workflow.sleep(remaining, summary=f"timeout {fmt_duration(limits.timeout_seconds)}")
         )
@@ -265,6 +273,7 @@ class AgentWorkflow:
         finally:
             cancelled.cancel()
             timeout.cancel()
+            self.meter.timer_ended(timer)
         if loop.done():
             outcome = loop.exception()
             if isinstance(outcome, Finished):

@@ -199,6 +199,9 @@ class SessionStatus(BaseModel):
     parent_session_id: str | None = None
     forked_from: ForkPoint | None = None
     stuck: StuckTask | None = None
+    # Temporal Cloud's billable actions the session caused so far, its sub-agents' included
+    # (workflows/metering.py); the query that reads this is one more.
+    temporal_actions: int = 0
 
 
 class SessionHistory(BaseModel):
@@ -207,6 +210,7 @@ class SessionHistory(BaseModel):
     messages: list[Message]
     trace: list[TraceTurn]
     tool_calls: list[ToolCallRecord]
+    temporal_actions: int = 0  # as in the status
 
 
 class Decision(BaseModel):

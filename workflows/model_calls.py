@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import options, spans
     from workflows.contract import ToolCallRecord, TraceTurn
     from workflows.events import TurnRecorded
+    from workflows.metering import history_length
     from workflows.session import Finished, Session, describe_failure, error_type, was_cancelled
 
 
@@ -35,6 +36,7 @@ class ModelCaller:
         """Call the model with what is new since the last call; a lost transcript is sent whole, once."""
         request = self._request()
         self._resent = 0
+        self.session.meter.calling = True  # from here, actions go to the turn this call records
         try:
             reply = await self._activity(request)
         except ActivityError as err:
@@ -88,12 +90,26 @@ class ModelCaller:
         return call.output_ref if call is not None and call.output == block.content else None
 
     async def _activity(self, request: ModelRequest) -> ModelReply:
-        return await workflow.execute_activity_method(
-            ModelActivities.call_model,
-            request,
-            **options.model_call(self.session.input.limits),
-            summary=f"model call {request.step} ({request.model})",
-        )
+        meter, limits = self.session.meter, self.session.input.limits
+        scheduled = history_length()
+        try:
+            reply = await workflow.execute_activity_method(
+                ModelActivities.call_model,
+                request,
+                **options.model_call(limits),
+                summary=f"model call {request.step} ({request.model})",
+            )
+        except ActivityError as err:
+            if was_cancelled(err):
+                meter.activity_interrupted(scheduled)
+            else:
+                meter.activity_failed(err, limits.model_attempts)
+            raise
+        except asyncio.CancelledError:
+            meter.activity_interrupted(scheduled)
+            raise
+        meter.activity(reply.attempt, reply.heartbeats)
+        return reply
 
     def record(self, reply: ModelReply) -> None:
         """The reply in the state: the message, usage and cost, a trace turn, its tool calls."""
@@ -115,8 +131,11 @@ class ModelCaller:
                 stop_reason=reply.stop_reason, text=text, tool_use_ids=[b.id for b in reply.message.tool_uses()],
                 usage=reply.usage, cost_usd=turn_cost, latency_ms=reply.latency_ms, attempt=reply.attempt,
                 context_dropped=reply.context_dropped, transcript_resends=self._resent,
+                temporal_actions=state.unattributed_actions,
             )
         )  # fmt: skip
+        state.unattributed_actions = 0
+        self.session.meter.calling = False  # the turn collects what follows, up to the next call
         for block in reply.message.tool_uses():
             state.calls[block.id] = ToolCallRecord(tool_use_id=block.id, step=state.steps, name=block.name, input=block.input)
         self.session.view.publish(

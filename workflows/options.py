@@ -6,24 +6,40 @@ Each function returns the options of one kind of call, to be unpacked into the c
 The activity each call runs, and when, stays with its caller. The values are part of
 every recorded history; changing one changes no command (recorded histories replay), but
 it changes how running sessions retry and time out.
+
+`HeartbeatTimeout` is the worker's `--heartbeat-timeout`: an interceptor that gives the
+model call, tool and MCP activities a heartbeat timeout as the workflow schedules them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from temporalio.common import RetryPolicy
-from temporalio.workflow import ParentClosePolicy
+from temporalio.worker import (
+    Interceptor,
+    StartActivityInput,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
+)
+from temporalio.workflow import ActivityHandle, ParentClosePolicy
 
 from activities.wire import ToolSpec
 from workflows.contract import Limits
 
-# Activities heartbeat every second; a dead worker's model call or tool is noticed this
-# long after its last heartbeat, so the next step starts about 4 s after a kill -9
-# (tests/test_crash.py). The heartbeats are as many as with 10 s; the server's timers
-# fire more often: about 10% more server CPU with 200 sessions (bench/failover_load.py).
-HEARTBEAT_TIMEOUT = timedelta(seconds=3)
+# No heartbeat timeout by default: every heartbeat that reaches the server is a billable
+# action on Temporal Cloud (one a second was 6 of the 27 actions a step with a model
+# writing at a real pace), and without a timeout the activities send none
+# (activities/heartbeat.py). A dead worker's model call is then noticed at its
+# start-to-close timeout (`--model-timeout`, default 120 s), a tool's at 10 minutes.
+# `worker.py --heartbeat-timeout SECONDS` notices it within SECONDS instead, for about
+# 3/SECONDS actions a second of each call (docs/operations/crashes.md has the table).
+HEARTBEAT_TIMEOUT: timedelta | None = None
+# The activities `--heartbeat-timeout` applies to: those that may run long.
+HEARTBEATING = ("call_model", "run_tool", "list_mcp_tools", "call_mcp_tool")
 # A tool that runs on the worker, in an activity of its own.
 TOOL_START_TO_CLOSE = timedelta(minutes=10)
 # A local activity: checking a tool's input, listing the worker's tools, a local tool.
@@ -64,7 +80,6 @@ def model_call(limits: Limits) -> ActivityOptions:
     """One model call: the session's own timeout and attempts, with backoff up to a minute."""
     return ActivityOptions(
         start_to_close_timeout=timedelta(seconds=limits.model_timeout_seconds),
-        heartbeat_timeout=HEARTBEAT_TIMEOUT,
         retry_policy=RetryPolicy(
             initial_interval=timedelta(seconds=1),
             backoff_coefficient=2.0,
@@ -86,11 +101,7 @@ def check_tool_input() -> LocalActivityOptions:
 
 
 def run_tool(spec: ToolSpec) -> ActivityOptions:
-    return ActivityOptions(
-        start_to_close_timeout=TOOL_START_TO_CLOSE,
-        heartbeat_timeout=HEARTBEAT_TIMEOUT,
-        retry_policy=_tool_retry(spec),
-    )
+    return ActivityOptions(start_to_close_timeout=TOOL_START_TO_CLOSE, retry_policy=_tool_retry(spec))
 
 
 def run_local_tool() -> LocalActivityOptions:
@@ -102,11 +113,7 @@ def run_local_tool() -> LocalActivityOptions:
 
 
 def list_mcp_tools() -> ActivityOptions:
-    return ActivityOptions(
-        start_to_close_timeout=TOOL_START_TO_CLOSE,
-        heartbeat_timeout=HEARTBEAT_TIMEOUT,
-        retry_policy=DESCRIBE_TOOLS_RETRY,
-    )
+    return ActivityOptions(start_to_close_timeout=TOOL_START_TO_CLOSE, retry_policy=DESCRIBE_TOOLS_RETRY)
 
 
 def check_mcp_input(spec: ToolSpec) -> ActivityOptions:
@@ -114,11 +121,7 @@ def check_mcp_input(spec: ToolSpec) -> ActivityOptions:
 
 
 def call_mcp_tool(spec: ToolSpec) -> ActivityOptions:
-    return ActivityOptions(
-        start_to_close_timeout=_mcp_timeout(spec),
-        heartbeat_timeout=HEARTBEAT_TIMEOUT,
-        retry_policy=_tool_retry(spec),
-    )
+    return ActivityOptions(start_to_close_timeout=_mcp_timeout(spec), retry_policy=_tool_retry(spec))
 
 
 def _mcp_timeout(spec: ToolSpec) -> timedelta:
@@ -138,3 +141,43 @@ def subagent() -> ChildOptions:
     """A sub-agent's session: no timeout or retry of its own (its limits, capped by the
     parent's, bound it); the parent's end cancels it."""
     return ChildOptions(parent_close_policy=ParentClosePolicy.REQUEST_CANCEL)
+
+
+def attempts(options: ActivityOptions | LocalActivityOptions) -> int:
+    """The most attempts the options allow (1 when unbounded: a failure then never exhausts them)."""
+    policy = options.get("retry_policy")
+    return max(1, policy.maximum_attempts) if policy is not None else 1
+
+
+# ---- the worker's --heartbeat-timeout ----------------------------------------------------
+
+
+class HeartbeatTimeout(Interceptor):
+    """Gives the activities in `HEARTBEATING` this heartbeat timeout when the workflow
+    schedules them (`worker.py --heartbeat-timeout`). Activity options are not part of a
+    history's determinism: a session may move between workers with and without it."""
+
+    def __init__(self, timeout: timedelta) -> None:
+        self.timeout = timeout
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        timeout = self.timeout
+
+        class _Inbound(WorkflowInboundInterceptor):
+            def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+                super().init(_WithHeartbeatTimeout(outbound, timeout))
+
+        return _Inbound
+
+
+class _WithHeartbeatTimeout(WorkflowOutboundInterceptor):
+    def __init__(self, next: WorkflowOutboundInterceptor, timeout: timedelta) -> None:
+        super().__init__(next)
+        self._timeout = timeout
+
+    def start_activity(self, input: StartActivityInput) -> ActivityHandle[Any]:
+        if input.activity in HEARTBEATING and input.heartbeat_timeout is None:
+            input = dataclasses.replace(input, heartbeat_timeout=self._timeout)
+        return super().start_activity(input)

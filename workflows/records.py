@@ -89,3 +89,6 @@ class TraceTurn(BaseModel):
     # 1 when this call found no transcript in the store and the whole conversation was
     # sent again (a worker on another host without the shared store, a lost store).
     transcript_resends: int = 0
+    # Temporal Cloud's billable actions from this model call's start to the next one's:
+    # the call, the tools it asked for, and the signals, updates and timers meanwhile.
+    temporal_actions: int = 0

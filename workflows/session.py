@@ -15,6 +15,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from workflows.contract import RunStatus, SessionInput
     from workflows.events import SessionEnded
+    from workflows.metering import Meter
     from workflows.state import SessionState
     from workflows.view import SessionView
 
@@ -25,6 +26,7 @@ class Session:
     input: SessionInput
     state: SessionState
     view: SessionView
+    meter: Meter  # the billable actions it causes
 
     def finish(self, status: RunStatus, stop_reason: str | None = None, error: str | None = None) -> None:
         """End the session with a status; the first end counts."""

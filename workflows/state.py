@@ -57,6 +57,10 @@ class SessionState(BaseModel):
     subagent_runs: int = 0  # numbers the child sessions: PARENT.sub-1, PARENT.sub-2, ...
     # What each running child session waits for, as it last told this one.
     child_approvals: dict[str, list[PendingApproval]] = Field(default_factory=dict)
+    # Temporal Cloud's billable actions the session caused (workflows/metering.py), and
+    # those not yet in a trace turn (before the first, and during a model call).
+    temporal_actions: int = 0
+    unattributed_actions: int = 0
 
     @field_validator("calls", mode="before")
     @classmethod

@@ -86,6 +86,7 @@ class SubAgents:
             **options.subagent(),
             static_summary=f"sub-agent {sub.name} of {self.session.id}: {short(task, 120)}",
         )
+        self.session.meter.child_started()
         self._running.add(child_id)
         pauses = asyncio.create_task(self._pass_on_pauses(handle))
         try:
@@ -124,11 +125,12 @@ class SubAgents:
         return own.model_copy(update=update)
 
     def _settle(self, sub: SubAgent, result: SessionStatus) -> tuple[str, bool]:
-        """Charge the child's tokens and cost to this session; its answer as the result."""
+        """Charge the child's tokens, cost and billable actions to this session; its answer as the result."""
         state = self.state
         state.usage = state.usage + result.usage
         if state.cost_usd is not None and result.cost_usd is not None:
             state.cost_usd += result.cost_usd
+        self.session.meter.add(result.temporal_actions)
         if result.status == "completed":
             return result.answer or "", False
         why = result.stop_reason or result.error or result.status

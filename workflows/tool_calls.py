@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ChildWorkflowError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from activities.mcp import McpActivities
@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import options, spans
     from workflows.contract import CallStatus, ToolCallRecord
     from workflows.events import ApprovalRequested, ToolCallEnded, ToolCallStarted
+    from workflows.metering import history_length
     from workflows.session import HandOver, Session, describe_failure, error_type, short, was_cancelled
     from workflows.state import SETTLED
     from workflows.subagents import SubAgents
@@ -111,6 +112,7 @@ class ToolRunner:
 
     async def _wait_for_decision(self, call: ToolCallRecord) -> None:
         decided = lambda: call.status != "waiting_approval" or self._idle_enough_to_hand_over()  # noqa: E731
+        timer = history_length()
         try:
             # The timer only names the wait in the Temporal UI: the run's timeout fires first.
             await workflow.wait_condition(
@@ -118,21 +120,31 @@ class ToolRunner:
             )
         except TimeoutError:
             await workflow.wait_condition(decided)
+        finally:
+            self.session.meter.timer_ended(timer)
 
     async def _check_input(self, call: ToolCallRecord) -> str | None:
         """The input checked before anyone is asked: the error text, or None."""
         spec = self.state.spec(call.name)
         if spec is None or spec.subagent is not None:
             return None
+        meter = self.session.meter
         if spec.server is None:
-            return await workflow.execute_local_activity_method(
-                ToolActivities.check_tool_input,
-                self._request(call),
-                **options.check_tool_input(),
-                summary=f"check the input of {call.name}",
-            )
+            try:
+                problem = await workflow.execute_local_activity_method(
+                    ToolActivities.check_tool_input,
+                    self._request(call),
+                    **options.check_tool_input(),
+                    summary=f"check the input of {call.name}",
+                )
+            except ActivityError as err:
+                meter.local_activity_failed(err, 1)
+                raise
+            meter.local_activity()
+            return problem
+        scheduled = history_length()
         try:
-            return await workflow.execute_activity_method(
+            problem = await workflow.execute_activity_method(
                 McpActivities.check_mcp_input,
                 self._request(call),
                 **options.check_mcp_input(spec),
@@ -140,8 +152,15 @@ class ToolRunner:
             )
         except ActivityError as err:
             if was_cancelled(err):
+                meter.activity_interrupted(scheduled)
                 raise asyncio.CancelledError() from err
+            meter.activity_failed(err, options.attempts(options.check_mcp_input(spec)))
             return f"the input of {call.name} could not be checked: {describe_failure(err, 'the check')}"
+        except asyncio.CancelledError:
+            meter.activity_interrupted(scheduled)
+            raise
+        meter.activity()
+        return problem
 
     def _approval_timer(self) -> timedelta:
         started = self.state.run_started_at or workflow.now()
@@ -161,16 +180,28 @@ class ToolRunner:
         self.session.view.changed()
         if spec.subagent is not None:
             return await self._execute_subagent(call, spec)
+        meter, scheduled = self.session.meter, history_length()
+        local = _runs_locally(spec)
         try:
             outcome = await self._activity(spec, self._request(call), f"tool {call.name} {short(call.input, 60)}")
         except ActivityError as err:
             if was_cancelled(err):
+                self._metered_interruption(local, scheduled)
                 self._close(call, "cancelled", "cancelled before it finished")
                 raise asyncio.CancelledError() from err
+            if local:
+                meter.local_activity_failed(err, options.attempts(options.run_local_tool()))
+            else:
+                meter.activity_failed(err, options.attempts(self._options(spec)))
             return self._close(call, *_failed(spec, err))
         except asyncio.CancelledError:
+            self._metered_interruption(local, scheduled)
             self._close(call, "cancelled", "cancelled before it finished")
             raise
+        if local:
+            meter.local_activity(outcome.attempt)
+        else:
+            meter.activity(outcome.attempt, outcome.heartbeats)
         call.output_ref = outcome.content_ref
         return self._close(call, "error" if outcome.is_error else "done", self._content(call, outcome), outcome.duration_ms)
 
@@ -203,13 +234,22 @@ class ToolRunner:
             return await workflow.execute_activity_method(
                 McpActivities.call_mcp_tool, request, **options.call_mcp_tool(spec), summary=summary
             )
-        if spec.local and spec.policy != "at_most_once":
+        if _runs_locally(spec):
             return await workflow.execute_local_activity_method(
                 ToolActivities.run_tool, request, **options.run_local_tool(), summary=summary
             )
         return await workflow.execute_activity_method(
             ToolActivities.run_tool, request, **options.run_tool(spec), summary=summary
         )
+
+    @staticmethod
+    def _options(spec: ToolSpec) -> options.ActivityOptions:
+        return options.call_mcp_tool(spec) if spec.server is not None else options.run_tool(spec)
+
+    def _metered_interruption(self, local: bool, scheduled: int) -> None:
+        """A call cancelled before its result: a local one recorded nothing, a regular one its schedule."""
+        if not local:
+            self.session.meter.activity_interrupted(scheduled)
 
     def _close(
         self, call: ToolCallRecord, status: CallStatus, content: str, duration_ms: int | None = None
@@ -228,6 +268,10 @@ class ToolRunner:
         )  # fmt: skip
         self.session.view.changed()
         return ToolResultBlock(tool_use_id=call.tool_use_id, content=content, is_error=call.is_error)
+
+
+def _runs_locally(spec: ToolSpec) -> bool:
+    return spec.server is None and spec.local and spec.policy != "at_most_once"
 
 
 def _failed(spec: ToolSpec, err: ActivityError) -> tuple[CallStatus, str]:
@@ -251,21 +295,32 @@ async def list_mcp_tools(session: Session) -> list[ToolSpec]:
     agent = session.input.agent
     if agent is None or not agent.mcp_servers:
         return []
-    return await workflow.execute_activity_method(
-        McpActivities.list_mcp_tools,
-        agent.mcp_servers,
-        **options.list_mcp_tools(),
-        summary=f"list the tools of {', '.join(agent.mcp_servers)}",
-    )
+    try:
+        specs = await workflow.execute_activity_method(
+            McpActivities.list_mcp_tools,
+            agent.mcp_servers,
+            **options.list_mcp_tools(),
+            summary=f"list the tools of {', '.join(agent.mcp_servers)}",
+        )
+    except ActivityError as err:
+        session.meter.activity_failed(err, options.attempts(options.list_mcp_tools()))
+        raise
+    session.meter.activity()  # its heartbeats, if any, are not in its result
+    return specs
 
 
 async def describe_tools(session: Session) -> list[ToolSpec]:
     """The worker's tools, narrowed to the session's list."""
-    specs = await workflow.execute_local_activity_method(
-        ToolActivities.describe_tools,
-        **options.describe_tools(),
-        summary="list the worker's tools",
-    )
+    try:
+        specs = await workflow.execute_local_activity_method(
+            ToolActivities.describe_tools,
+            **options.describe_tools(),
+            summary="list the worker's tools",
+        )
+    except (ActivityError, ApplicationError) as err:  # a local activity's failure may come bare
+        session.meter.local_activity_failed(err, options.attempts(options.describe_tools()))
+        raise
+    session.meter.local_activity()  # its retries, if any, are not in its result
     if session.input.tools is not None:
         wanted = set(session.input.tools)
         specs = [s for s in specs if s.name in wanted]

@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import search
     from workflows.contract import RunStatus, SessionHistory, SessionInput, SessionStatus
     from workflows.events import StatusChanged, WorkflowEvent
+    from workflows.metering import Meter
     from workflows.state import SessionState
 
 if TYPE_CHECKING:
@@ -46,12 +47,14 @@ Indexed = tuple[str, int, int, int, str]
 
 class SessionView:
     def __init__(
-        self, session_id: str, input: SessionInput, state: SessionState, topic: WorkflowTopicHandle[Any]
+        self, session_id: str, input: SessionInput, state: SessionState, topic: WorkflowTopicHandle[Any],
+        meter: Meter,
     ) -> None:
         self.session_id = session_id
         self.input = input
         self.state = state
         self._topic = topic
+        self._meter = meter
         # Called after every change: a sub-agent tells its parent what it waits for.
         self.on_change: Callable[[], None] | None = None
         self._published_status: RunStatus | None = None
@@ -84,7 +87,7 @@ class SessionView:
             return
         now = workflow.now()
         if self._indexed is None or self._indexed_at is None:
-            if values == self._start_values() and workflow.patched(COUNTS_BY_STEPS):
+            if values == self._start_values() and self._meter.patched(COUNTS_BY_STEPS):
                 self._indexed, self._indexed_at = values, now
                 return
         elif (values[0], *values[3:]) == (self._indexed[0], *self._indexed[3:]) and self._counts_wait(values, now):
@@ -94,16 +97,17 @@ class SessionView:
         workflow.upsert_search_attributes(  # pyright: ignore[reportUnknownMemberType]
             [k.value_set(v) for k, v in zip(INDEXED, values, strict=True)]
         )
+        self._meter.upsert()
 
     def _counts_wait(self, values: Indexed, now: datetime) -> bool:
         """Whether a change of the step and token counts alone waits for a later upsert."""
         assert self._indexed is not None and self._indexed_at is not None
         since = now - self._indexed_at
-        if workflow.patched(COUNTS_BY_STEPS):
+        if self._meter.patched(COUNTS_BY_STEPS):
             steps = values[1] - self._indexed[1]
             recent = since < COUNTS_INDEXED_EVERY or steps < COUNTS_INDEXED_EVERY_STEPS
             return recent and since < COUNTS_STALE_AT_MOST
-        return since < COUNTS_INDEXED_EVERY and workflow.patched(COUNTS_THROTTLED)
+        return since < COUNTS_INDEXED_EVERY and self._meter.patched(COUNTS_THROTTLED)
 
     @staticmethod
     def _start_values() -> tuple[object, ...]:
@@ -151,6 +155,7 @@ class SessionView:
             agent=self.input.agent.name if self.input.agent else None,
             parent_session_id=self.input.parent.session_id if self.input.parent else None,
             forked_from=self.input.forked_from,
+            temporal_actions=state.temporal_actions,
         )
 
     def history(self) -> SessionHistory:
@@ -160,4 +165,5 @@ class SessionView:
             messages=self.state.messages,
             trace=self.state.trace,
             tool_calls=list(self.state.calls.values()),
+            temporal_actions=self.state.temporal_actions,
         )

@@ -1,0 +1,187 @@
+"""What a session costs on Temporal Cloud, counted by the session itself, and heartbeats.
+
+A default worker schedules no heartbeat timeout and its activities send no heartbeat. A
+session's `temporal_actions` (status, history, each trace turn) equals what
+bench/actions.py counts in its histories by Cloud's rules plus the heartbeats the dev
+server's counters saw, over continue-as-new, with approvals, pauses, local and regular
+tools, timers, upserts, a rejected update (not counted: nothing in history says it
+happened) and a sub-agent; and the same when every workflow task replays the session
+from its history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+
+from bench.actions import Actions, count
+from bench.economy import HEARTBEATS, REJECTED, metrics_url, scrape
+from devservers.fakemodel import FakeModelServer
+from tests.conftest import Harness, answer, model_activities, tool_use
+from tests.support.reliability import record
+from tests.support.tools import TOOLS
+from tests.test_agents import cli, team
+from tests.test_watch import EMAIL, run_cli, wait_for_status
+from worker import build_worker
+from workflows.agent import AgentWorkflow
+from workflows.contract import Decision, SessionHistory, SessionStatus
+
+AREA = "Billable actions"
+SETTLE_S = 1.0  # the server's counters lag its requests
+
+
+async def runs_of(client: Client, session_id: str) -> list[list[HistoryEvent]]:
+    """The events of each run of a session, first run first (continue-as-new links them)."""
+    runs: list[list[HistoryEvent]] = []
+    run_id: str | None = None
+    while True:
+        handle = client.get_workflow_handle(session_id, run_id=run_id)
+        events = [e async for e in handle.fetch_history_events()]
+        runs.insert(0, events)
+        run_id = events[0].workflow_execution_started_event_attributes.continued_execution_run_id or None
+        if run_id is None:
+            return runs
+
+
+async def counted(client: Client, session_id: str, heartbeats: int = 0) -> Actions:
+    """bench/actions.py's count of every run of the session, plus `heartbeats`."""
+    total = Actions(heartbeats=heartbeats)
+    for events in await runs_of(client, session_id):
+        total = total + count(events)
+    return total
+
+
+class Counters:
+    """The dev server's heartbeat and rejected-update counters around a session."""
+
+    def __init__(self, dev_server: Any) -> None:
+        self.url = metrics_url(dev_server)
+        self.before = scrape(self.url)
+
+    async def since(self) -> tuple[int, int]:
+        await asyncio.sleep(SETTLE_S)
+        after = scrape(self.url)
+        grew = {k: int(after.get(k, 0) - self.before.get(k, 0)) for k in after}
+        return sum(grew.get(k, 0) for k in HEARTBEATS), sum(grew.get(k, 0) for k in REJECTED)
+
+
+async def test_a_default_worker_schedules_no_heartbeat_timeout_and_sends_no_heartbeat(harness: Harness, dev_server):
+    counters = Counters(dev_server)
+    handle = await harness.start([
+        {**tool_use("slow_upsert", {"key": "k", "seconds": 2.5}, id="u1"), "delay": 2.5},
+        answer("Saved."),
+    ])  # fmt: skip
+    result: SessionStatus = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed"
+    heartbeats, _ = await counters.since()
+    scheduled = [e.activity_task_scheduled_event_attributes async for e in handle.fetch_history_events()
+                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]  # fmt: skip
+    assert [a.activity_type.name for a in scheduled] == ["call_model", "run_tool", "call_model"]
+    assert all(not a.HasField("heartbeat_timeout") or a.heartbeat_timeout.ToTimedelta() == timedelta(0)
+               for a in scheduled), scheduled  # fmt: skip
+    assert heartbeats == 0
+    assert result.temporal_actions == (await counted(harness.client, handle.id)).total
+    record(AREA, "a worker with its defaults; a 2.5 s model call and a 2.5 s tool",
+           "no activity is scheduled with a heartbeat timeout and the server records no heartbeat", {})
+
+
+async def _a_busy_session(harness: Harness, dev_server) -> tuple[WorkflowHandle, int, int]:
+    """A session over two runs: a local tool, a slow regular tool, an approval with a pause
+    and resume (signals) and a refused update; model calls long enough to heartbeat."""
+    counters = Counters(dev_server)
+    handle = await harness.start(
+        [
+            {**tool_use("get_time", id="t1"), "delay": 2.2},
+            tool_use("slow_upsert", {"key": "k", "seconds": 2.2}, id="u1"),
+            tool_use("send_email", EMAIL, id="e1"),
+            {**answer("Sent."), "delay": 1.2},
+        ],
+        limits={"continue_as_new_after_steps": 2},
+        search_attributes=True,
+    )
+    await wait_for_status(handle, "waiting_approval", timeout=60)
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update(AgentWorkflow.approve_call, Decision(tool_use_id="nope"))
+    await handle.signal(AgentWorkflow.pause)
+    await wait_for_status(handle, "paused")
+    await handle.signal(AgentWorkflow.resume)
+    await handle.execute_update(AgentWorkflow.approve_call, Decision(tool_use_id="e1"))
+    result: SessionStatus = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed" and result.runs == 2, result
+    heartbeats, rejected = await counters.since()
+    return handle, heartbeats, rejected
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["cached", "replayed-every-task"])
+async def test_the_sessions_count_is_its_history_and_the_servers_heartbeats(
+    client: Client, fake_model: FakeModelServer, data_dir: Path, dev_server, cached: bool
+):
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    # As `worker.py --heartbeat-timeout 3` runs it; without a cache every task replays the session.
+    options: dict[str, Any] = {} if cached else {"max_cached_workflows": 0}
+    model = model_activities(fake_model, data_dir)
+    async with build_worker(client, TOOLS, queue=queue, model=model, heartbeat_timeout=timedelta(seconds=3), **options):
+        harness = Harness(client, fake_model, queue)
+        handle, heartbeats, rejected = await _a_busy_session(harness, dev_server)
+        status = await handle.query(AgentWorkflow.status)  # answered from a replay when uncached
+        history: SessionHistory = await handle.query(AgentWorkflow.history)
+    found = await counted(client, handle.id, heartbeats)
+    assert heartbeats >= 3  # two model calls and the slow tool outlast a beat's interval
+    assert rejected == 1  # the refused approval: billed, and not in history
+    assert status.temporal_actions == found.total, found.as_dict()
+    assert history.temporal_actions == found.total
+    assert sum(t.temporal_actions for t in history.trace) == found.total
+    assert all(t.temporal_actions > 0 for t in history.trace)
+    record(AREA, f"a session over two runs, {'cached' if cached else 'replayed at every workflow task'}: "
+           "local and regular tools, an approval, pause and resume, a refused update, heartbeats every 1 s",
+           "`temporal_actions` in status equals bench/actions.py's count of its two histories plus the "
+           "server's heartbeat counter; the trace turns add up to it; the refused update is the one not counted",
+           {"actions": found.total, "of which heartbeats": heartbeats, "refused updates (not counted)": rejected})
+
+
+async def test_a_subagent_is_counted_in_its_parent(harness: Harness, tmp_path: Path):
+    parent = f"test-{uuid.uuid4().hex[:10]}"
+    child = f"{parent}.sub-1"
+    harness.script(parent, [tool_use("agent__helper", {"task": "email the team"}, id="h1"), answer("Done.")])
+    harness.script(child, [tool_use("send_email", EMAIL, id="e9"), answer("Sent.")])
+    code, _, err = await cli(harness, "start", "get it sent", "--agent", "lead", "--session", parent,
+                             definitions=team(tmp_path))  # fmt: skip
+    assert code == 0, err
+    handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, parent)
+    await wait_for_status(handle, "waiting_approval")
+    code, _, err = await cli(harness, "approve", parent, "e9")  # a signal-free update routed to the child
+    assert code == 0, err
+    result: SessionStatus = await handle.result()
+    assert result.status == "completed"
+    own, theirs = await counted(harness.client, parent), await counted(harness.client, child)
+    assert theirs.starts == 0 and own.children == 2  # the child's start is its parent's
+    child_status = await harness.client.get_workflow_handle(child).query(AgentWorkflow.status)
+    assert child_status.temporal_actions == theirs.total, theirs.as_dict()
+    assert result.temporal_actions == own.total + theirs.total, (own.as_dict(), theirs.as_dict())
+
+
+async def test_status_history_and_list_show_the_count(harness: Harness):
+    handle = await harness.start([tool_use("save_note", {"title": "t", "text": "x"}, id="n1"), answer("Noted.")])
+    result: SessionStatus = await asyncio.wait_for(handle.result(), 60)
+    code, out, err = await run_cli(harness, "status", handle.id, "--json")
+    assert code == 0, err
+    assert json.loads(out)["temporal_actions"] == result.temporal_actions > 0
+    code, out, err = await run_cli(harness, "status", handle.id)
+    assert code == 0 and f"{result.temporal_actions} Temporal actions" in out, out
+    code, out, err = await run_cli(harness, "history", handle.id, "--json")
+    document = json.loads(out)
+    assert document["temporal_actions"] == result.temporal_actions
+    assert sum(t["temporal_actions"] for t in document["trace"]) == result.temporal_actions
+    code, out, err = await run_cli(harness, "list", "--json")
+    assert code == 0, err
+    rows = {row["session_id"]: row for row in map(json.loads, out.splitlines())}
+    assert rows[handle.id]["actions"] == result.temporal_actions

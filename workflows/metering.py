@@ -1,0 +1,175 @@
+"""Temporal Cloud's billable actions, counted by the session as it causes them.
+
+Temporal Cloud prices by actions (https://docs.temporal.io/cloud/actions; bench/actions.py
+counts them in a history). The session counts the same actions as it goes, so `status`
+prices it without Temporal Cloud (`temporal_actions`, carried by continue-as-new in the
+state). Each trace turn has its own: the actions from the start of its model call to the
+start of the next one (its model call, the tools it asked for, the signals, updates and
+timers meanwhile; the first turn also the session's start and its tool listing).
+
+Counted, by Cloud's rules:
+
+- **a run's start**: 1 per run (a client's start, a schedule's, a continue-as-new). A
+  sub-agent's first run is counted by its parent: 2 (the intent and the start), and the
+  parent adds the child's own count when the child ends.
+- **activities**: 1 per activity scheduled, plus its attempts after the first (the
+  attempt of the one that finished, from its result; a failure that exhausted the retry
+  policy counts all its attempts).
+- **heartbeats**: the beats the activity sent over all its attempts, from its result
+  (`ModelReply.heartbeats`, `ToolOutcome.heartbeats`), or from the last beat a heartbeat
+  timeout recorded (activities/heartbeat.py).
+- **local activities**: 1 per workflow task that recorded markers (local activities and
+  `workflow.patched`), plus each local-activity attempt after the first.
+- **timers**: 1 per timer that reached the server (one started and cancelled in the same
+  workflow task never does).
+- **signals** received and **updates** accepted: 1 each, counted by `Metering`, the
+  workflow interceptor `worker.build_worker` installs (it sees the event stream's signal
+  and update as well as the session's own).
+- **search-attribute upserts**: 1 each (workflows/view.py).
+- **child sessions**: 2 each, at their start.
+
+Not counted, because the workflow cannot know them: rejected updates (a rejection leaves
+nothing in history, so a replay would not count it again; the server's `action` metric
+has them), queries (each `status` is one more), the attempts of an activity that failed
+other than by exhausting its retries or was cancelled (its result carries no attempt
+number), the heartbeats of the MCP tool listing and of failed attempts whose last beat
+was not recorded, and the workflow-task heartbeats of a local activity that runs longer
+than a workflow task.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, RetryState, TimeoutError
+from temporalio.worker import (
+    HandleSignalInput,
+    HandleUpdateInput,
+    Interceptor,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from activities.heartbeat import carried_count
+    from workflows.state import SessionState
+
+
+class Meter:
+    """The billable actions of one run, added to the session's state."""
+
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
+        self.calling = False  # a model call is in flight: its actions go to the next turn
+        self._marker_tasks: set[int] = set()  # this run's workflow tasks with markers, by history length
+        self._patches: set[str] = set()
+
+    def add(self, actions: int) -> None:
+        if actions <= 0:
+            return
+        state = self.state
+        state.temporal_actions += actions
+        if state.trace and not self.calling:
+            state.trace[-1].temporal_actions += actions
+        else:
+            state.unattributed_actions += actions
+
+    def run_started(self, *, forked: bool) -> None:
+        """This run's start; a fork counts its own actions from zero."""
+        if forked:
+            self.state.temporal_actions = self.state.unattributed_actions = 0
+        info = workflow.info()
+        if info.parent is None or info.continued_run_id is not None:
+            self.add(1)  # a sub-agent's first start is counted by its parent
+
+    # ---- activities ------------------------------------------------------------------
+
+    def activity(self, attempt: int = 1, heartbeats: int = 0) -> None:
+        """An activity that finished on its `attempt`th attempt, having sent `heartbeats`."""
+        self.add(max(1, attempt) + heartbeats)
+
+    def activity_failed(self, err: ActivityError, attempts: int) -> None:
+        """An activity that failed; `attempts` is its retry policy's maximum."""
+        tried = attempts if err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED else 1
+        cause = err.cause
+        beats = carried_count(cause.last_heartbeat_details) if isinstance(cause, TimeoutError) else 0
+        self.add(tried + beats)
+
+    def activity_interrupted(self, scheduled_at: int) -> None:
+        """An activity cancelled before its result: counted if its schedule reached the server."""
+        if history_length() != scheduled_at:
+            self.add(1)
+
+    def local_activity(self, attempt: int = 1) -> None:
+        """A local activity's result (recorded as a marker) on its `attempt`th attempt."""
+        self.marker()
+        self.add(attempt - 1)
+
+    def local_activity_failed(self, err: BaseException, attempts: int) -> None:
+        self.marker()
+        if isinstance(err, ActivityError) and err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
+            self.add(attempts - 1)
+
+    def marker(self) -> None:
+        """A marker recorded in the current workflow task: all of a task's markers count 1."""
+        task = history_length()
+        if task not in self._marker_tasks:
+            self._marker_tasks.add(task)
+            self.add(1)
+
+    def patched(self, patch_id: str) -> bool:
+        """`workflow.patched`, counting the marker it records the first time it answers yes."""
+        if not workflow.patched(patch_id):
+            return False
+        if patch_id not in self._patches:
+            self._patches.add(patch_id)
+            self.marker()
+        return True
+
+    # ---- timers, children, upserts -------------------------------------------------------
+
+    def timer_ended(self, started_at: int) -> None:
+        """A timer started when history had `started_at` events has fired or been cancelled."""
+        if history_length() != started_at:
+            self.add(1)
+
+    def child_started(self) -> None:
+        self.add(2)
+
+    def upsert(self) -> None:
+        self.add(1)
+
+
+def history_length() -> int:
+    """The events in history as the current workflow task started: it names the task."""
+    return workflow.info().get_current_history_length()
+
+
+# ---- signals and updates -----------------------------------------------------------------
+
+
+class Metering(Interceptor):
+    """Counts every signal a session receives and every update it accepts (a workflow that
+    has no `meter` is left alone). `worker.build_worker` installs it."""
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        return _MeteringInbound
+
+
+class _MeteringInbound(WorkflowInboundInterceptor):
+    async def handle_signal(self, input: HandleSignalInput) -> None:
+        _count()
+        await super().handle_signal(input)
+
+    async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
+        _count()  # the handler runs once the update is accepted (and again on replay)
+        return await super().handle_update_handler(input)
+
+
+def _count() -> None:
+    meter: Any = getattr(workflow.instance(), "meter", None)
+    if isinstance(meter, Meter):
+        meter.add(1)
