@@ -102,6 +102,10 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
             assert await page.locator("#turn-1").count() == 1 and await page.locator("#turn-2").count() == 1
             assert await page.locator("#turn-2 .text").text_content() == ANSWER
             assert "sent to" in (await page.locator("#call-e1 .output").text_content() or "")
+            # The session's billable actions on Temporal Cloud, in the totals and in the list.
+            await page.wait_for_selector("#totals:has-text('Temporal actions')", timeout=10_000)
+            counted = re.search(r"· ([\d,]+) Temporal actions$", await page.locator("#totals").text_content() or "")
+            assert counted and int(counted[1].replace(",", "")) > 0, counted
             link = await page.locator("#temporal-link").get_attribute("href")
             assert link == f"http://127.0.0.1:8233/namespaces/default/workflows/{session_id}"
             await page.screenshot(path=OUTPUT / "api-page-completed.png", full_page=True)
@@ -112,6 +116,7 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
             row = page.locator(f"tr[data-session='{session_id}']")
             await row.wait_for(timeout=20_000)
             assert "completed" in (await row.text_content() or "")
+            assert (await row.locator("td").all_text_contents())[6] == counted[1]  # the Actions column
             await page.screenshot(path=OUTPUT / "api-page-list-phone.png", full_page=True)
         finally:
             await browser.close()

@@ -58,6 +58,7 @@ async function refreshList() {
       el("td", { text: String(s.steps) }),
       el("td", { text: s.usage ? tokens(s.usage).toLocaleString() : String(s.tokens ?? "–") }),
       el("td", { text: cost(s.cost_usd) }),
+      el("td", { text: s.temporal_actions == null ? "–" : s.temporal_actions.toLocaleString() }),
       el("td", { text: String(s.pending_approvals.length) }),
       el("td", { text: new Date(s.started_at).toLocaleString() }))));
     $("#list-error").textContent = "";
@@ -268,7 +269,8 @@ function renderStatus(view, status) {
   badge.textContent = status.status;
   badge.className = `badge ${status.status}`;
   $("#totals").textContent = `${status.steps} steps · ${tokens(status.usage).toLocaleString()} tokens ` +
-    `(in ${status.usage.input_tokens} · out ${status.usage.output_tokens}) · ${cost(status.cost_usd)}`;
+    `(in ${status.usage.input_tokens} · out ${status.usage.output_tokens}) · ${cost(status.cost_usd)} · ` +
+    `${status.temporal_actions.toLocaleString()} Temporal actions`;
   const over = FINAL.includes(status.status);
   $("#pause").disabled = over || status.status === "paused";
   $("#resume").disabled = status.status !== "paused";
