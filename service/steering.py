@@ -14,8 +14,8 @@ subscription per session, however many callers wait on it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,9 +35,8 @@ from workflows.agent import AgentWorkflow
 from workflows.contract import FINAL_STATUSES, CancelRequest, Decision, SessionStatus, UserMessage
 from workflows.events import EVENTS, SessionEvent
 
-# Statuses after which nothing happens without a person: the session ended, waits for the
-# next message of its chat, or for a decision on a tool call.
-NEEDS_A_PERSON = ("waiting_approval", "waiting_input")
+log = logging.getLogger("service.steering")
+REJOIN_AFTER = 2.0  # seconds before following a feed again that stopped before the session's end
 
 
 @dataclass
@@ -131,25 +130,26 @@ _END_OF_STREAM = object()
 class Watch:
     """A session's events from the shared feed, read in batches with a timeout.
 
-    The feed starts at the session's first event when nobody watched it yet, so a batch
-    can hold events from before the watch began: callers judge what is new by step
-    numbers and times, and read the session's status for what is true now. When the
-    stream cannot be read (a stuck session) `next_batch` just waits out its timeout, so a
-    caller polling the status still makes progress.
+    It reads from the session's first event (the feed's buffer, then what arrives), so
+    whatever the feed had already read when the watch began, the first batch ends at the
+    latest state: callers judge what is new by step numbers, and read the session's status
+    for what is true now. When the feed stops before the session's end (its stream could
+    not be read: a stuck session, Temporal slow to answer) the watch joins it again after
+    `REJOIN_AFTER` seconds and reads on from the last event it had; meanwhile
+    `next_batch` just waits out its timeout, so a caller polling the status still moves.
     """
 
     def __init__(self, feeds: Feeds, session_id: str):
         self.feeds = feeds
         self.session_id = session_id
-        self.started = time.time()
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self._feed: Feed | None = None
         self._reader: asyncio.Task[None] | None = None
-        self.finished = False
+        self.finished = False  # the session's end was read
 
     async def __aenter__(self) -> Watch:
         self._feed = self.feeds.join(self.session_id)
-        self._reader = asyncio.create_task(self._read(self._feed), name=f"watch {self.session_id}")
+        self._reader = asyncio.create_task(self._read(), name=f"watch {self.session_id}")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -157,30 +157,42 @@ class Watch:
             self._reader.cancel()
         if self._feed is not None:
             self.feeds.leave(self._feed)
+            self._feed = None
 
-    async def _read(self, feed: Feed) -> None:
-        try:
-            async for item in feed.follow(feed.offsets[-1] if feed.offsets else -1):
-                self._queue.put_nowait(EVENTS.validate_json(item.data))
-        finally:
-            self._queue.put_nowait(_END_OF_STREAM)
+    async def _read(self) -> None:
+        after = -1
+        while self._feed is not None:
+            try:
+                async for item in self._feed.follow(after):
+                    if item.offset is not None:
+                        after = item.offset
+                    self._queue.put_nowait(EVENTS.validate_json(item.data))
+            except ValidationError:
+                log.warning("session %s: an event this server cannot read; following on", self.session_id)
+                continue
+            if self._feed.ended:
+                self._queue.put_nowait(_END_OF_STREAM)
+                return
+            await asyncio.sleep(REJOIN_AFTER)
+            stopped, self._feed = self._feed, self.feeds.join(self.session_id)
+            self.feeds.leave(stopped)
 
     async def next_batch(self, timeout: float) -> list[SessionEvent]:
         """The events that arrived, waiting up to `timeout` seconds for the first one."""
         found: list[SessionEvent] = []
-        if not self.finished:
-            try:
-                first = await asyncio.wait_for(self._queue.get(), max(timeout, 0.0))
-            except TimeoutError:
-                return found
-            items = [first]
-            while not self._queue.empty():
-                items.append(self._queue.get_nowait())
-            for item in items:
-                if item is _END_OF_STREAM:
-                    self.finished = True
-                else:
-                    found.append(item)  # pyright: ignore[reportArgumentType]
-        if self.finished and not found:
+        if self.finished:
             await asyncio.sleep(max(timeout, 0.0))
+            return found
+        try:
+            first = await asyncio.wait_for(self._queue.get(), max(timeout, 0.0))
+        except TimeoutError:
+            return found
+        items = [first]
+        while not self._queue.empty():
+            items.append(self._queue.get_nowait())
+        for item in items:
+            if item is _END_OF_STREAM:
+                self.finished = True
+            else:
+                found.append(item)  # pyright: ignore[reportArgumentType]
         return found

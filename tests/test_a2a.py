@@ -203,7 +203,7 @@ async def test_streaming_sends_status_updates_and_the_text_as_chunks(
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
 
 
-async def test_a_0_3_client_sends_without_blocking_and_approves(api: ApiProcess, fake_model: FakeModelServer):
+async def test_a_0_3_client_sends_without_blocking_approves_and_streams(api: ApiProcess, fake_model: FakeModelServer):
     session_id = new_id()
     fake_model.script.set(session_id, [tool_use("send_email", EMAIL, id="e1"), answer("Sent.")])
     async with agent(api, "bob", version="0.3") as bob:
@@ -218,3 +218,11 @@ async def test_a_0_3_client_sends_without_blocking_and_approves(api: ApiProcess,
         assert pending(waiting)[0]["tool_use_id"] == "e1"
         done = await send(bob, message(data={"deny": "e1", "reason": "not today"}, task_id=started.id, context_id=session_id))
         assert done.status.state == TaskState.TASK_STATE_COMPLETED and answer_of(done) == "Sent.", done
+    streamed = new_id()
+    fake_model.script.set(streamed, [answer("Hi.")])
+    async with agent(api, "bob", streaming=True, version="0.3") as bob:
+        events = [e async for e in bob.send_message(SendMessageRequest(message=message(text="hi", context_id=streamed)))]
+    assert events[0].task.id == f"{streamed}.turn-1"
+    last = events[-1]  # a status update; or the task itself, if it was done before the stream began
+    final = last.status_update.status if last.HasField("status_update") else last.task.status
+    assert final.state == TaskState.TASK_STATE_COMPLETED, events

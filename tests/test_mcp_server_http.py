@@ -1,0 +1,88 @@
+"""The sessions as an MCP server over streamable HTTP at the API's `/mcp` (a real
+`python api.py`), driven by the `mcp` SDK's own client with a bearer token: elicitation at
+both protocol revisions, decisions as the token's user, and a user who reaches only their
+own sessions (an operator every session); no token, a wrong one or the page's cookie is
+401."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import pytest_asyncio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from temporalio.client import Client as TemporalClient
+
+from devservers import temporal_server
+from devservers.fakemodel import FakeModelServer
+from tests.conftest import answer, tool_use
+from tests.support.api import TOKENS, ApiProcess, serve_api
+from tests.test_mcp_server import (
+    EMAIL,
+    LEGACY,
+    MODERN,
+    Approver,
+    approved_with_elicitation,
+    assert_asked_with_a_flat_form,
+    error_line,
+    new_id,
+    result,
+)
+
+# One `python api.py` for the module: its tests run in one xdist process.
+pytestmark = pytest.mark.xdist_group("mcp-api")
+
+
+@pytest_asyncio.fixture(scope="module")
+async def api(
+    client: TemporalClient, dev_server: temporal_server.DevServer, fake_model: FakeModelServer, data_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[ApiProcess]:  # fmt: skip
+    async with serve_api(client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("mcp-api")) as server:
+        yield server
+
+
+def over_http(api: ApiProcess, user: str, mode: str = MODERN, **kwargs: Any) -> Client:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKENS[user]}"}, timeout=httpx2.Timeout(30, read=120))
+    return Client(streamable_http_client(f"{api.url}/mcp", http_client=http), mode=mode, **kwargs)
+
+
+@pytest.mark.parametrize("mode", [MODERN, LEGACY])
+async def test_http_with_elicitation_as_the_token_user(
+    mode: str, api: ApiProcess, client: TemporalClient, fake_model: FakeModelServer
+):
+    approver = Approver()
+    async with over_http(api, "alice", mode, elicitation_callback=approver) as mcp:
+        assert mcp.protocol_version == (MODERN if mode == MODERN else "2025-11-25")
+        await approved_with_elicitation(mcp, fake_model, client, "alice")
+    assert_asked_with_a_flat_form(approver.asked)
+
+
+async def test_http_a_user_reaches_only_their_own_sessions(api: ApiProcess, fake_model: FakeModelServer):
+    session_id = new_id()
+    fake_model.script.set(session_id, [tool_use("send_email", EMAIL, id="e1"), answer("done")])
+    async with over_http(api, "alice") as alice, over_http(api, "bob") as bob, over_http(api, "olga") as olga:
+        result(await alice.call_tool("start_session", {"goal": "email", "session_id": session_id}))
+        waited = result(await alice.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 30}))
+        assert waited["returned_because"] == "waiting_approval" and waited["user_id"] == "alice"
+        for name, args in [
+            ("get_session", {}), ("wait_for_session", {"timeout_seconds": 1}), ("approve_tool_call", {"tool_use_id": "e1"}),
+            ("deny_tool_call", {"tool_use_id": "e1"}), ("cancel_session", {}), ("pause_session", {}),
+        ]:  # fmt: skip
+            refused = error_line(await bob.call_tool(name, {"session_id": session_id, **args}))
+            assert f"no session {session_id!r}" in refused, (name, refused)
+        with pytest.raises(Exception, match="no session"):
+            await bob.read_resource(f"session://{session_id}/transcript")
+        assert session_id not in {s["session_id"] for s in result(await bob.call_tool("list_sessions", {}))["sessions"]}
+        # An operator sees and decides every session; the decision is theirs.
+        assert session_id in {s["session_id"] for s in result(await olga.call_tool("list_sessions", {}))["sessions"]}
+        result(await olga.call_tool("approve_tool_call", {"session_id": session_id, "tool_use_id": "e1"}))
+        assert result(await alice.call_tool("wait_for_session", {"session_id": session_id}))["status"] == "completed"
+    async with httpx2.AsyncClient() as http:
+        for headers in ({}, {"Authorization": "Bearer wrong-token-000"}, {"Cookie": "agent_session=x"}):
+            refused = await http.post(f"{api.url}/mcp", headers=headers, json={})
+            assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer", refused.text
