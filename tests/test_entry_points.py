@@ -181,6 +181,7 @@ MISSING = {
     "worker, s3": (["worker.py"], ["aioboto3"], {"AGENT_STORE_URL": STORE}, S3_LINE),
     "api, s3": (["api.py", "--port", "{port}"], ["aioboto3"], {"AGENT_STORE_URL": STORE}, S3_LINE),
     "client, s3": (["client.py", "status", "a-session"], ["aioboto3"], {"AGENT_STORE_URL": STORE}, S3_LINE),
+    "mcp server, s3": (["mcp_server.py"], ["aioboto3"], {"AGENT_STORE_URL": STORE}, S3_LINE),
     "worker, otel": (
         ["worker.py"], ["opentelemetry.sdk"], {"OTEL_EXPORTER_OTLP_ENDPOINT": OTLP},
         f"error: OTEL_EXPORTER_OTLP_ENDPOINT={OTLP} needs the otel extra: pip install -e '.[otel]'",
