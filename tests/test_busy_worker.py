@@ -1,0 +1,78 @@
+"""A worker that is alive but busy is not taken for a dead one.
+
+`python worker.py --heartbeat-timeout 3` beside four CPU-bound processes (on a machine
+with fewer cores than that): a 20 s at-most-once tool on the event loop and a 10 s
+synchronous tool that computes in its thread (holding the interpreter most of the time)
+each run once, heartbeating every second, and the session completes. A tool that blocks
+the event loop itself (an `async def` calling a blocking function) would stop the
+heartbeats with everything else on the worker: docs/operations/crashes.md.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from devservers import processes
+from tests.conftest import answer, tool_use
+from tests.support.procs import ProcessHarness, effects_of, events_of, result_of
+from tests.support.reliability import record
+from tests.test_actions import counted
+from workflows.contract import SessionHistory
+
+pytestmark = pytest.mark.process
+
+BURNERS = 4
+
+
+@pytest.fixture
+def cpu_load() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Four processes that each keep a core busy, ended by their PID."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+               for _ in range(BURNERS)]  # fmt: skip
+    try:
+        yield burners
+    finally:
+        for burner in burners:
+            processes.kill(burner)
+
+
+async def test_a_busy_worker_is_not_taken_for_dead(procs: ProcessHarness, cpu_load: list[subprocess.Popen[bytes]]):
+    await procs.worker("--heartbeat-timeout", "3", "--tools", "tests.support.load_tools:TOOLS")
+    handle = await procs.start([
+        tool_use("slow_charge", {"amount": 5, "seconds": 20}, id="c1"),
+        tool_use("crunch", {"seconds": 10}, id="k1"),
+        answer("Charged and computed."),
+    ])  # fmt: skip
+    result = await result_of(handle, timeout=180)
+    load = os.getloadavg()[0]
+    assert all(b.poll() is None for b in cpu_load), "the load ran throughout"
+    assert result.status == "completed" and result.answer == "Charged and computed."
+    assert len(effects_of(handle.id, "slow_charge")) == 1 and len(effects_of(handle.id, "crunch")) == 1
+    history = await handle.query("history", result_type=SessionHistory)
+    calls = {c.tool_use_id: c for c in history.tool_calls}
+    assert calls["c1"].status == "done" and calls["c1"].output == "charged 5"
+    assert calls["k1"].status == "done" and (calls["k1"].output or "").startswith("crunched ")
+    events = await events_of(handle)
+    assert not [e for e in events if e.type == "ACTIVITY_TASK_TIMED_OUT"]
+    tools = [e.raw.activity_task_scheduled_event_attributes for e in events
+             if e.type == "ACTIVITY_TASK_SCHEDULED" and e.activity == "run_tool"]  # fmt: skip
+    assert [t.heartbeat_timeout.ToTimedelta().total_seconds() for t in tools] == [3.0, 3.0]
+    started = [e.raw.activity_task_started_event_attributes.attempt for e in events
+               if e.type == "ACTIVITY_TASK_STARTED" and e.activity == "run_tool"]  # fmt: skip
+    assert started == [1, 1]
+    # What the session counts beyond its history is the heartbeats its tools sent: one a
+    # second through 30 s of tools (the first after one interval).
+    heartbeats = result.temporal_actions - (await counted(procs.client, handle.id)).total
+    assert 25 <= heartbeats <= 31, heartbeats
+    record(
+        "Worker crashes (kill -9)",
+        f"a live worker under load: {BURNERS} CPU-bound processes beside it, `--heartbeat-timeout 3`, a 20 s "
+        "at-most-once tool on the event loop and a 10 s CPU-bound synchronous tool",
+        "both ran once on their first attempt, no heartbeat timed out; the session completed",
+        {"load average (1 min) at the end": f"{load:.1f}", "cores": os.cpu_count(), "heartbeats": heartbeats},
+    )
