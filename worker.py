@@ -21,6 +21,12 @@ SECONDS. Without it (the default) they send no heartbeats, each of which is a bi
 action on Temporal Cloud, and a dead worker's call is noticed at its start-to-close timeout
 (workflows/options.py; the table in docs/operations/crashes.md).
 
+The worker serves its model calls' text, while the model writes it, to followers (`watch`,
+the service's event stream) over HTTP on `--live-host` (default 127.0.0.1) and
+`--live-port` (default: any free port), and names the URL in its worker identity
+(`PID@HOST live=http://...`), where a follower finds it; the text never enters Temporal
+(infra/live.py). `--no-live` turns it off: followers then see the text with each turn.
+
 `--deployment NAME --build-id ID` registers the worker as one version of a Temporal
 Worker Deployment (docs/operations/deployment.md); without them it runs unversioned.
 SIGTERM drains: polling stops, running model calls and tools get `--drain-seconds` to
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib
 import logging
 import os
@@ -51,6 +58,8 @@ from infra.arguments import positive_float, positive_int
 from infra.errors import BadConfiguration, ConfigError, Unreachable
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from temporalio.client import Client
     from temporalio.worker import Worker, WorkerDeploymentConfig
 
@@ -70,6 +79,7 @@ DEFAULT_DRAIN_SECONDS = 30.0
 # Such a worker wants it longer than its backlog's wait (`--sticky-timeout`;
 # docs/operations/sizing.md).
 STICKY_TIMEOUT = timedelta(seconds=1)
+LIVE_DEFAULT = ("127.0.0.1", 0)  # the live text server's address: any free port of the loopback
 # The shortest --heartbeat-timeout: beats every third of it.
 MIN_HEARTBEAT_TIMEOUT_S = 1.0
 # The SDK folds heartbeats closer together than its throttle into one. The activities space
@@ -157,6 +167,7 @@ def build_worker(
     sandboxed: bool | None = None,
     workflow: type | None = None,
     heartbeat_timeout: timedelta | None = None,
+    live: tuple[str, int] | None = LIVE_DEFAULT,
     **options,
 ) -> Worker:
     """The worker with the session workflow (default `AgentWorkflow`), the model activity
@@ -165,7 +176,9 @@ def build_worker(
     `sandboxed` (default: on if `AGENT_WORKFLOW_SANDBOX=1` is set, else off) runs the
     workflow inside Temporal's sandbox; see the module's docstring. `heartbeat_timeout`
     is `--heartbeat-timeout` (default: none). Sessions count their billable actions through
-    the `Metering` interceptor, installed before any in `options["interceptors"]`.
+    the `Metering` interceptor, installed before any in `options["interceptors"]`. `live`
+    is where the worker serves its model calls' text, (host, port), named in its identity
+    (`--live-host`, `--live-port`); None: nowhere (`--no-live`).
     """
     from temporalio.worker import UnsandboxedWorkflowRunner, Worker
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -192,10 +205,17 @@ def build_worker(
     interceptors = [Metering(), *([HeartbeatTimeout(heartbeat_timeout)] if heartbeat_timeout else [])]
     options["interceptors"] = [*interceptors, *options.get("interceptors", [])]
     throttle = min(HEARTBEAT_THROTTLE, heartbeat_timeout / 6) if heartbeat_timeout else HEARTBEAT_THROTTLE
+    make: Callable[..., Worker] = Worker
+    if live is not None:
+        from infra.live import LiveServer, LiveWorker, with_live
+
+        server = LiveServer(client.data_converter, *live)
+        options["identity"] = with_live(options.get("identity") or client.identity, server.bind())
+        make = functools.partial(LiveWorker, live=server)
     if workflow is None:
         # `wf=<fingerprint>`: followers replay this worker's histories only with the same code.
         options["identity"] = with_fingerprint(options.get("identity") or client.identity)
-    return Worker(
+    return make(
         client,
         task_queue=queue or task_queue(),
         workflows=[workflow or AgentWorkflow],
@@ -216,6 +236,17 @@ def heartbeat_timeout(text: str) -> timedelta:
     if seconds < MIN_HEARTBEAT_TIMEOUT_S:
         raise argparse.ArgumentTypeError(f"must be at least {MIN_HEARTBEAT_TIMEOUT_S:g} second, not {text}")
     return timedelta(seconds=seconds)
+
+
+def live_port(text: str) -> int:
+    """`--live-port`'s value: 0 (any free port) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, not {text}")
+    return port
 
 
 def check_definitions(definitions: Definitions, tools: list[Tool]) -> None:
@@ -258,6 +289,12 @@ def parse_args() -> argparse.Namespace:
         "--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS,
         help="on SIGTERM, seconds running model calls and tools get to finish (default: %(default)g)",
     )  # fmt: skip
+    parser.add_argument("--live-host", default="127.0.0.1", metavar="HOST",
+                        help="serve the model's text live to followers on this address (default: %(default)s)")
+    parser.add_argument("--live-port", type=live_port, default=0, metavar="PORT",
+                        help="the live text's port (default: any free port, named in the worker's identity)")
+    parser.add_argument("--no-live", action="store_true",
+                        help="serve no live text: followers see the model's text when each turn is recorded")
     add_capacity_flags(parser)
     # module:NAME of another workflow class, for the deploy tests' second build.
     parser.add_argument("--workflow", help=argparse.SUPPRESS)
@@ -271,6 +308,7 @@ async def main() -> None:
     from activities.providers import import_sdks
     from infra.connection import connect, task_queue
     from infra.definitions import DefinitionError, load_definitions
+    from infra.live import live_url
 
     tools = load_tools(args.tools)
     workflow = load_workflow(args.workflow) if args.workflow else None
@@ -288,6 +326,7 @@ async def main() -> None:
             client, tools, mcp=mcp, sandboxed=args.sandbox or None, workflow=workflow,
             deployment_config=versioning, graceful_shutdown_timeout=timedelta(seconds=args.drain_seconds),
             heartbeat_timeout=args.heartbeat_timeout, **capacity_options(args),
+            live=None if args.no_live else (args.live_host, args.live_port),
         )  # fmt: skip
     except (Unreachable, DefinitionError, ConfigError, BadConfiguration) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -298,6 +337,7 @@ async def main() -> None:
     where = f", deployment {args.deployment} build {args.build_id}" if versioning else ""
     if args.heartbeat_timeout:
         where += f", heartbeat timeout {args.heartbeat_timeout.total_seconds():g} s"
+    where += f", live text on {url}" if (url := live_url(worker.config().get("identity"))) else ", no live text"
     logging.info("worker on task queue %s%s", task_queue(), where)
     try:
         await otel.run_beside(metrics, run_until_terminated(worker))

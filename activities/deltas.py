@@ -1,52 +1,129 @@
-"""Streamed model text, published to the session's event stream while a call runs.
+"""Streamed model text, kept in this worker process while a call runs; never sent to Temporal.
 
-A call shorter than `STREAM_DELTAS_AFTER_S` publishes nothing: the finished turn is
-published anyway, and every publish is a signal, which is one more workflow task. Past
-it, the text that arrived so far goes out as one delta, then each chunk as it comes,
-batched by the stream client. Deltas carry the attempt, so a reader can drop the text of
-an attempt that failed.
+The model activity writes each chunk of the answer's text into `LIVE`, the process's calls
+in progress, keyed by session, step and attempt. The worker's live server (infra/live.py)
+reads them out to followers over HTTP: the text so far, then each chunk as it comes, until
+the call ends. Nothing here is a signal, an update or a heartbeat: a step costs the same
+in Temporal whether anyone follows it or not, and the finished turn (in history) carries
+the whole text.
 """
 
 from __future__ import annotations
 
-import time
-from datetime import timedelta
+import asyncio
+from collections.abc import AsyncIterator
 from types import TracebackType
-
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from activities.wire import TextDelta
 
-STREAM_DELTAS_AFTER_S = 0.5
-DELTA_TOPIC = "delta"
-BATCH_EVERY = timedelta(milliseconds=300)
+
+class LiveCall:
+    """The text of one model call attempt so far, and whether (and how) it has ended."""
+
+    def __init__(self, session_id: str, step: int, attempt: int):
+        self.session_id, self.step, self.attempt = session_id, step, attempt
+        self.chunks: list[str] = []
+        self.ended: str | None = None  # "done" or "failed" once the call has ended
+        self._grew = asyncio.Event()
+
+    def write(self, text: str) -> None:
+        if text:
+            self.chunks.append(text)
+            self._wake()
+
+    def end(self, how: str) -> None:
+        self.ended = how
+        self._wake()
+
+    def _wake(self) -> None:
+        self._grew.set()
+        self._grew = asyncio.Event()
+
+    async def follow(self) -> AsyncIterator[TextDelta]:
+        """The text so far as one delta (if any), then what arrives, until the call ends.
+
+        Chunks that arrived while the reader was busy come out joined, as one delta."""
+        sent = 0
+        while True:
+            grew = self._grew
+            if len(self.chunks) > sent:
+                text = "".join(self.chunks[sent:])
+                sent = len(self.chunks)
+                yield TextDelta(step=self.step, attempt=self.attempt, text=text)
+                continue
+            if self.ended is not None:
+                return
+            await grew.wait()
+
+
+class LiveCalls:
+    """The model calls in progress in this process, by session."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, list[LiveCall]] = {}
+        self._opened = asyncio.Event()
+
+    def open(self, session_id: str, step: int, attempt: int) -> LiveCall:
+        call = LiveCall(session_id, step, attempt)
+        self._calls.setdefault(session_id, []).append(call)
+        self._opened.set()
+        self._opened = asyncio.Event()
+        return call
+
+    def close(self, call: LiveCall, how: str) -> None:
+        call.end(how)
+        calls = self._calls.get(call.session_id, [])
+        if call in calls:
+            calls.remove(call)
+        if not calls:
+            self._calls.pop(call.session_id, None)
+
+    def current(self, session_id: str, attempt: int = 0) -> LiveCall | None:
+        """The session's latest call in progress here (of at least that attempt), if any."""
+        calls = [c for c in self._calls.get(session_id, []) if c.attempt >= attempt]
+        return max(calls, key=lambda c: (c.step, c.attempt), default=None)
+
+    async def wait_for(self, session_id: str, attempt: int, timeout: float) -> LiveCall | None:
+        """`current`, waiting up to `timeout` seconds for the call to begin."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (call := self.current(session_id, attempt)) is None:
+            left = deadline - loop.time()
+            if left <= 0:
+                return None
+            opened = self._opened
+            try:
+                await asyncio.wait_for(opened.wait(), left)
+            except TimeoutError:
+                return None
+        return call
+
+    def __len__(self) -> int:
+        return sum(len(calls) for calls in self._calls.values())
+
+
+LIVE = LiveCalls()  # this process's; the worker's live server serves them
 
 
 class Deltas:
-    """The text deltas of one model call (an async context: leaving it flushes them)."""
+    """The text deltas of one model call (an async context: leaving it ends the call's text)."""
 
-    def __init__(self, step: int, attempt: int, started: float):
-        self._step, self._attempt, self._started = step, attempt, started
-        self._backlog: list[str] = []
-        self._publisher: WorkflowStreamClient | None = None
+    def __init__(self, session_id: str, step: int, attempt: int, calls: LiveCalls = LIVE):
+        self._key = (session_id, step, attempt)
+        self._calls = calls
+        self._call: LiveCall | None = None
 
     async def on_text(self, text: str) -> None:
         """Take one chunk of the answer's text."""
-        self._backlog.append(text)
-        if self._publisher is None:
-            if time.monotonic() - self._started < STREAM_DELTAS_AFTER_S:
-                return
-            self._publisher = WorkflowStreamClient.from_within_activity(batch_interval=BATCH_EVERY)
-            await self._publisher.__aenter__()
-        delta = TextDelta(step=self._step, attempt=self._attempt, text="".join(self._backlog))
-        self._publisher.topic(DELTA_TOPIC).publish(delta)
-        self._backlog.clear()
+        if self._call is not None:
+            self._call.write(text)
 
     async def __aenter__(self) -> Deltas:
+        self._call = self._calls.open(*self._key)
         return self
 
     async def __aexit__(
         self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._publisher is not None:
-            await self._publisher.__aexit__(kind, err, tb)
+        if self._call is not None:
+            self._calls.close(self._call, "done" if kind is None else "failed")

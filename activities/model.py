@@ -4,8 +4,9 @@ The provider is chosen by the model's prefix (`activities.providers`); it owns t
 format and decides which of its failures Temporal retries. What is the same for every
 provider lives here: the transcript arrives by reference and is read from the transcript
 store, the context is fitted to the window (and fitted tighter when the provider says
-the prompt is too long), the reply is recorded in the store, and a call that runs long
-publishes its text deltas to the session's stream.
+the prompt is too long), the reply is recorded in the store, and the streamed text is kept
+in this process for followers while the call runs (activities/deltas.py), never sent to
+Temporal.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class ModelActivities:
         started = time.monotonic()
         beats = Heartbeats()  # only with a heartbeat timeout (activities/heartbeat.py)
         try:
-            async with beats, Deltas(request.step, attempt, started) as deltas:
+            async with beats, Deltas(request.session_id, request.step, attempt) as deltas:
                 turn, fitted = await self._send(provider, model, request, base + new, sizes, deltas)
         except ApplicationError:
             raise

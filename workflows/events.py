@@ -1,10 +1,12 @@
 """The events a session publishes on its stream, defined once.
 
 Every consumer reads them through `SessionEvent`: the terminal view, `watch --json`, the
-HTTP service's Server-Sent Events. The workflow publishes them on the `event` topic; the
-model activity publishes `TextDelta` (streamed text, tagged with step and attempt) on the
-`delta` topic. Readers ignore fields they do not know, so an older reader can follow a
-session run by a newer worker.
+HTTP service's Server-Sent Events. The workflow publishes them on the `event` topic.
+`TextDelta` (streamed text, tagged with step and attempt) is not in the stream: the worker
+running the model call serves it live (infra/live.py), and followers show it under the
+`delta` topic with no offset (sessions/live.py); histories of older workers have deltas
+on the stream's `delta` topic. Readers ignore fields they do not know, so an older reader
+can follow a session run by a newer worker.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ TOPICS = [EVENT_TOPIC, DELTA_TOPIC]
 
 
 class WorkflowEvent(BaseModel):
-    """What every event the workflow publishes has (`TextDelta` comes from the model activity)."""
+    """What every event the workflow publishes has (`TextDelta` comes from the model's worker)."""
 
     model_config = ConfigDict(extra="ignore")
     at: datetime | None = None
