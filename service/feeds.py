@@ -1,10 +1,16 @@
 """One subscription per session, fanned out to every watcher.
 
-Each poll of a session's stream is an update recorded in the session's history, so the
-server never polls once per watcher: a `Feed` polls for all of them and keeps what it read
+A session's events are read from its history and replayed here (sessions/follow.py), which
+costs CPU in proportion to the run's length, so the server never reads once per watcher: a
+`Feed` reads for all of them and keeps what it read
 in a buffer. A watcher (or a reconnecting one) reads the buffer after its offset, then
 waits for more. With nobody watching, the feed stops polling after a grace period (a
 reconnect within it costs nothing) and forgets its buffer later.
+
+The model's text comes live from the worker writing it (sessions/live.py), once per feed
+too. It is not buffered as events are: the feed keeps the text of the call in progress,
+and a watcher that joins (or reconnects) mid-call first gets it as one delta, then each
+new piece; those deltas have no offset (no SSE `id:`).
 """
 
 from __future__ import annotations
@@ -15,23 +21,20 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import timedelta
 
-from pydantic import ValidationError
 from temporalio.client import Client
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from workflows.events import TOPICS, read_event
+from sessions.live import session_events
+from workflows import events as ev
 
 log = logging.getLogger("service.feeds")
-POLL_COOLDOWN = timedelta(milliseconds=200)
 STOP_POLLING_AFTER = 30.0  # seconds with no watcher
 FORGET_AFTER = 600.0
 
 
 @dataclass(frozen=True)
 class Item:
-    offset: int
+    offset: int | None  # None: live text, which has no place in the stream
     type: str
     data: str  # the event as JSON
 
@@ -45,6 +48,7 @@ class Feed:
         self.items: list[Item] = []
         self.offsets: list[int] = []
         self.ended = False  # the `end` event was read, or the stream finished
+        self.live: ev.TextDelta | None = None  # the text of the model call in progress so far
         self.watchers = 0
         self._grew = asyncio.Event()
         self._pump: asyncio.Task | None = None
@@ -56,10 +60,12 @@ class Feed:
 
     async def _poll(self) -> None:
         start = self.offsets[-1] + 1 if self.offsets else 0
-        stream = WorkflowStreamClient.create(self.client, self.session_id)
+        self.live = None  # a new reader sends the call's text so far again
         try:
-            async for raw in stream.subscribe(TOPICS, from_offset=start, poll_cooldown=POLL_COOLDOWN):
-                if self._add(raw.offset, raw.topic, raw.data):
+            async for item in session_events(self.client, self.session_id, start):
+                if item.offset is None:
+                    self._add_text(item.event)
+                elif self._add(item.offset, item.event):
                     break
             self.ended = True
         except asyncio.CancelledError:
@@ -70,17 +76,27 @@ class Feed:
         finally:
             self._wake()
 
-    def _add(self, offset: int, topic: str, data: object) -> bool:
+    def _add(self, offset: int, event: ev.SessionEvent) -> bool:
         """Buffer one item; True when it is the session's `end`."""
-        try:
-            event = read_event(topic, data)
-        except ValidationError:
-            log.warning("session %s: skipping an event this server does not know: %r", self.session_id, data)
-            return False
         self.items.append(Item(offset, event.type, json.dumps(event.model_dump(mode="json"))))
         self.offsets.append(offset)
+        if isinstance(event, ev.SessionEnded) or (
+            isinstance(event, ev.TurnRecorded) and self.live is not None and self.live.step <= event.step
+        ):
+            self.live = None  # the turn carries the whole text
         self._wake()
         return event.type == "end"
+
+    def _add_text(self, delta: ev.SessionEvent) -> None:
+        """Extend the live text of the call in progress (a new step or attempt replaces it)."""
+        if not isinstance(delta, ev.TextDelta):
+            return
+        live = self.live
+        if live is not None and (live.step, live.attempt) == (delta.step, delta.attempt):
+            self.live = live.model_copy(update={"text": live.text + delta.text})
+        else:
+            self.live = delta
+        self._wake()
 
     def _wake(self) -> None:
         self._grew.set()
@@ -91,12 +107,25 @@ class Feed:
         return self.ended and (not self.offsets or self.offsets[-1] <= after)
 
     async def follow(self, after: int) -> AsyncIterator[Item]:
-        """The items after offset `after`, as they arrive, until the session's end."""
+        """The items after offset `after`, as they arrive, until the session's end; and the
+        live text: first what the call in progress has written so far, then each new piece."""
         index = bisect.bisect_right(self.offsets, after)
+        shown: tuple[int, int] | None = None  # the (step, attempt) of the live text sent
+        sent = 0  # its characters sent
         while True:
-            while index < len(self.items):
+            if index < len(self.items):
                 yield self.items[index]
                 index += 1
+                continue
+            live = self.live
+            if live is not None:
+                if (live.step, live.attempt) != shown:
+                    shown, sent = (live.step, live.attempt), 0
+                if len(live.text) > sent:
+                    piece = live.model_copy(update={"text": live.text[sent:]})
+                    sent = len(live.text)
+                    yield Item(None, piece.type, json.dumps(piece.model_dump(mode="json")))
+                    continue
             if self.ended or self._pump is None or self._pump.done():
                 return
             grew = self._grew

@@ -2,9 +2,12 @@
 
 `id:` is the event's offset in the session's stream, `event:` its type, `data:` its JSON
 (the typed events of `workflows.events`, text deltas included). A client resumes after
-`Last-Event-ID` (or `?after=N`) and loses and repeats nothing. The stream ends after the
-`end` event; when nothing can follow the client's offset, the answer is 204, which tells an
-EventSource to stop reconnecting.
+`Last-Event-ID` (or `?after=N`) and loses and repeats no event. The model's text deltas,
+read live from the worker writing them (sessions/live.py), are not in the stream and have
+no `id:`: a client that connects or reconnects mid-call first gets one delta with the
+text so far (tagged with step and attempt), then the rest; the turn that follows carries
+the whole text. The stream ends after the `end` event; when nothing can follow the
+client's offset, the answer is 204, which tells an EventSource to stop reconnecting.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ async def events(
 async def _relay(feeds: Feeds, feed: Feed, offset: int) -> AsyncIterator[ServerSentEvent]:
     try:
         async for item in feed.follow(offset):
-            yield ServerSentEvent(id=str(item.offset), event=item.type, data=item.data)
+            event_id = None if item.offset is None else str(item.offset)  # live text has none
+            yield ServerSentEvent(id=event_id, event=item.type, data=item.data)
     finally:
         feeds.leave(feed)

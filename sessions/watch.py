@@ -1,10 +1,13 @@
 """`watch`: a session's events, from its start, then live until it ends.
 
 It reads the session's event stream (Temporal's workflow streams) through the typed
-events of `workflows/events.py`, so it shows what already happened and then follows,
-whether attached mid-run, after a restart or after the end. `--json` prints every event,
-one per line, as the same types serialise. A session whose workflow task keeps failing
-is reported as stuck while the watch goes on.
+events of `workflows/events.py`, by replaying the session's history here (sessions/follow.py:
+no billable action, however many watch), so it shows what already happened and then follows,
+whether attached mid-run, after a restart or after the end; the model's text comes live from
+the worker writing it, outside Temporal (sessions/live.py). `--json` prints every event, one
+per line, as the same types serialise, with its `offset` in the stream; live text (`delta`)
+has none (`"offset": null`): the turn that follows carries the whole text. A session whose
+workflow task keeps failing is reported as stuck while the watch goes on.
 """
 
 from __future__ import annotations
@@ -12,18 +15,17 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from datetime import timedelta
 
 from rich.live import Live
 from rich.markup import escape
 from rich.text import Text
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
 
 from activities.wire import Usage
-from sessions import control
 from infra.errors import AgentError
+from sessions import control
+from sessions.live import session_events
 from sessions.render import CALL_MARK, STYLE, console, print_approval_hint, print_stuck, shorten
 from workflows import events as ev
 from workflows.agent import AgentWorkflow
@@ -247,6 +249,10 @@ async def watch(client: Client, handle: WorkflowHandle, link: str, as_json: bool
         watcher.close()
 
 
+def _say(why: str) -> None:
+    print(why, file=sys.stderr, flush=True)
+
+
 class _Interrupted(Exception):
     def __init__(self, offset: int):
         self.offset = offset
@@ -254,17 +260,16 @@ class _Interrupted(Exception):
 
 async def _follow(client: Client, handle: WorkflowHandle, watcher: Watcher, as_json: bool, offset: int) -> str:
     """Print events from `offset` until the end event; the session's final status."""
-    stream = WorkflowStreamClient.create(client, handle.id)
     try:
-        async for item in stream.subscribe(ev.TOPICS, from_offset=offset, poll_cooldown=timedelta(milliseconds=200)):
-            offset = item.offset + 1
-            event = ev.read_event(item.topic, item.data)
+        async for item in session_events(client, handle.id, offset, say=_say):
+            if item.offset is not None:
+                offset = item.offset + 1
             if as_json:
-                print(json.dumps({"topic": item.topic, "offset": item.offset, **event.model_dump(mode="json")}), flush=True)
+                print(json.dumps(item.as_json()), flush=True)
             else:
-                watcher.show(event)
-            if isinstance(event, ev.SessionEnded):
-                return event.status
+                watcher.show(item.event)
+            if isinstance(item.event, ev.SessionEnded):
+                return item.event.status
     except RPCError as err:
         if "failed state" not in err.message:
             raise

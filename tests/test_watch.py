@@ -1,6 +1,6 @@
 """`python client.py watch`: attached mid-run and after the end, JSON lines, streamed text
-(a retried attempt's partial text replaced, never shown twice), and a real terminal (tmux)
-where the approval prompt is answered with "y"."""
+(live from the worker, no offset; a retried attempt's partial text replaced, never shown
+twice), and a real terminal (tmux) where the approval prompt is answered with "y"."""
 
 from __future__ import annotations
 
@@ -136,37 +136,70 @@ async def test_watch_attached_mid_run_shows_the_past_then_follows(harness: Harne
     assert "✓ send_email" in rest and "step 2 Sent it." in rest and "■ completed" in rest
 
 
+async def read_json_lines(process: asyncio.subprocess.Process, until, timeout: float = 30) -> list[dict]:
+    """`watch --json`'s events as they come, up to the first one `until` accepts."""
+    seen: list[dict] = []
+    deadline = time.monotonic() + timeout
+    while not (seen and until(seen[-1])):
+        assert time.monotonic() < deadline, f"not seen in time; seen: {seen}"
+        assert process.stdout is not None  # stdout=PIPE
+        line = await asyncio.wait_for(process.stdout.readline(), deadline - time.monotonic())
+        assert line, f"watch ended early: {seen}"
+        seen.append(json.loads(line))
+    return seen
+
+
 async def test_watch_json_lines_and_attempt_tags(harness: Harness):
+    # The text streams live (never through Temporal) to a watch attached before the call:
+    # the session waits for an approval first, until the watch has caught up.
+    gate = tool_use("send_email", EMAIL, id="e1")
     cut = {"text": LONG, "chunk_delay": 0.02, "cut_stream": True, "tool_calls": [{"name": "get_time", "id": "t1"}]}
     whole = {"text": LONG, "chunk_delay": 0.02, "tool_calls": [{"name": "get_time", "id": "t1"}]}
-    handle = await harness.start([cut, whole, answer("done")])
-    result = await asyncio.wait_for(handle.result(), 60)
-    assert result.status == "completed"
+    handle = await harness.start([gate, cut, whole, answer("done")])
+    await wait_for_status(handle, "waiting_approval")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "client.py", "watch", handle.id, "--json", cwd=ROOT, env=cli_env(harness),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        events = await read_json_lines(process, lambda e: e["type"] == "approval")
+        await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
+        events += await read_json_lines(process, lambda e: e["type"] == "end", timeout=60)
+        assert await asyncio.wait_for(process.wait(), 10) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert (await handle.result()).status == "completed"
+    assert events[-1]["type"] == "end" and events[-1]["status"] == "completed"
+    durable = [e for e in events if e["topic"] == "event"]
+    assert [e["offset"] for e in durable] == list(range(len(durable)))  # every event, in order
+    deltas = [e for e in events if e["topic"] == "delta"]
+    assert all(d["offset"] is None for d in deltas)  # live text has no place in the stream
+    assert {(d["step"], d["attempt"]) for d in deltas if d["step"] == 2} == {(2, 1), (2, 2)}
+    # The short answer of step 3 streams no delta unless its call outlasts a look for it
+    # (a loaded machine): then its own text, once.
+    assert "".join(d["text"] for d in deltas if d["step"] == 3) in ("", "done")
+    assert {d["step"] for d in deltas} <= {2, 3}
+    first = "".join(d["text"] for d in deltas if (d["step"], d["attempt"]) == (2, 1))
+    second = "".join(d["text"] for d in deltas if (d["step"], d["attempt"]) == (2, 2))
+    assert second == LONG and LONG.startswith(first) and first.startswith(MARKER)
+    turn = next(e for e in events if e["type"] == "turn" and e["step"] == 2)
+    assert turn["attempt"] == 2 and turn["text"] == LONG
+    assert max(i for i, e in enumerate(events) if e["topic"] == "delta" and e["step"] == 2) < events.index(turn)
+    kinds = [e["type"] for e in durable]
+    assert kinds.index("turn") < kinds.index("tool_call") < kinds.index("tool_result") < kinds.index("end")
 
+    # After the end: the same events at the same offsets; the text is in the turns.
     code, out, err = await run_cli(harness, "watch", handle.id, "--json")
     assert code == 0, err
-    events = [json.loads(line) for line in out.splitlines()]  # every line is one JSON event
-    assert events[-1]["type"] == "end" and events[-1]["status"] == "completed"
-    assert [e["offset"] for e in events] == sorted(e["offset"] for e in events)
-    deltas = [e for e in events if e["topic"] == "delta"]
-    assert {(d["step"], d["attempt"]) for d in deltas if d["step"] == 1} == {(1, 1), (1, 2)}
-    # The short answer of step 2 streams no delta unless its call outlasts the delta
-    # threshold (a loaded machine): then its own text, once.
-    assert "".join(d["text"] for d in deltas if d["step"] == 2) in ("", "done")
-    assert {d["step"] for d in deltas} <= {1, 2}
-    first = "".join(d["text"] for d in deltas if (d["step"], d["attempt"]) == (1, 1))
-    second = "".join(d["text"] for d in deltas if (d["step"], d["attempt"]) == (1, 2))
-    assert second == LONG and LONG.startswith(first) and first.startswith(MARKER)
-    turn = next(e for e in events if e["type"] == "turn")
-    assert turn["attempt"] == 2 and turn["text"] == LONG
-    kinds = [e["type"] for e in events if e["topic"] == "event"]
-    assert kinds.index("turn") < kinds.index("tool_call") < kinds.index("tool_result") < kinds.index("end")
+    assert [json.loads(line) for line in out.splitlines()] == durable
 
     # The person's view: the text once, from the attempt that counted.
     code, out, _ = await run_cli(harness, "watch", handle.id)
     assert code == 0
     assert out.count(MARKER) == 1
-    assert "step 1 (attempt 2) " + LONG in out
+    assert "step 2 (attempt 2) " + LONG in out
 
 
 # ---- a real terminal -----------------------------------------------------------------------

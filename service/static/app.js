@@ -114,12 +114,14 @@ async function showGoal(view) {
 }
 
 // EventSource resumes by itself with Last-Event-ID; when the server is gone long enough
-// for it to give up, a new one resumes with ?after=. Ids already shown are skipped.
+// for it to give up, a new one resumes with ?after=. Ids already shown are skipped. Text
+// deltas have no id (they are read live, not from the stream): the first one of a call
+// after each (re)connection is the text so far, which replaces what the page had.
 function connect(view) {
   if (view !== current || view.ended) return;
   const source = new EventSource(`/v1/sessions/${encodeURIComponent(view.id)}/events?after=${view.lastId}`);
   view.source = source;
-  source.onopen = () => { view.retry = 1000; $("#connection").textContent = "live"; };
+  source.onopen = () => { view.retry = 1000; view.connection = (view.connection || 0) + 1; $("#connection").textContent = "live"; };
   source.onerror = () => {
     if (view.ended) return;
     $("#connection").textContent = "reconnecting…";
@@ -133,8 +135,10 @@ function connect(view) {
   };
   for (const type of EVENT_TYPES) {
     source.addEventListener(type, (message) => {
+      if (view !== current) return;
+      if (type === "delta") return show(view, type, JSON.parse(message.data));
       const id = Number(message.lastEventId);
-      if (view !== current || id <= view.lastId) return;
+      if (id <= view.lastId) return;
       view.lastId = id;
       show(view, type, JSON.parse(message.data));
     });
@@ -158,7 +162,7 @@ async function nothingMore(view) {
 
 function show(view, type, event) {
   const handlers = {
-    delta: () => streamText(event.step, event.attempt, event.text),
+    delta: () => streamText(view, event.step, event.attempt, event.text),
     turn: () => finishTurn(event),
     tool_call: () => toolCall(event),
     tool_result: () => toolResult(event),
@@ -187,14 +191,19 @@ function turnBlock(step) {
   return block;
 }
 
-function streamText(step, attempt, text) {
+function streamText(view, step, attempt, text) {
   const block = turnBlock(step);
+  if (block.dataset.done) return; // the turn has the whole text
   const target = block.querySelector(".text");
-  if (block.dataset.attempt !== String(attempt)) { // a retried attempt replaces the partial text
+  const connection = String(view.connection || 0);
+  // A retried attempt replaces the partial text; so does a call's first delta on a new
+  // connection, which is the text so far.
+  if (block.dataset.attempt !== String(attempt) || block.dataset.connection !== connection) {
     block.dataset.attempt = String(attempt);
+    block.dataset.connection = connection;
     target.textContent = "";
   }
-  if (!block.dataset.done) target.textContent += text;
+  target.textContent += text;
 }
 
 function finishTurn(event) {
