@@ -146,12 +146,11 @@ def report(outcomes: list[Outcome], args: argparse.Namespace) -> str:
 
 
 async def worker_main(address: str, queue: str, fake_url: str, heartbeat_s: float, sticky_s: float) -> None:
-    """A project worker with the given heartbeat timeout (patched into the workflow's options)."""
+    """A project worker with the given heartbeat timeout (`worker.py --heartbeat-timeout`)."""
     import signal
 
     import anthropic
 
-    import workflows.options
     from infra.datadir import data_dir
     from activities.model import ModelActivities
     from activities.transcript import TranscriptStore
@@ -159,14 +158,14 @@ async def worker_main(address: str, queue: str, fake_url: str, heartbeat_s: floa
     from tests.support.tools import TOOLS
     from worker import build_worker
 
-    workflows.options.HEARTBEAT_TIMEOUT = timedelta(seconds=heartbeat_s)
     client = await connect(target_host=address)
     model = ModelActivities(
         store=TranscriptStore(data_dir() / "transcripts"),
         client=anthropic.AsyncAnthropic(base_url=fake_url, api_key="bench-key", max_retries=0),
     )
     worker = build_worker(
-        client, TOOLS, queue=queue, model=model, sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_s)
+        client, TOOLS, queue=queue, model=model, heartbeat_timeout=timedelta(seconds=heartbeat_s),
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_s),
     )
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
