@@ -185,3 +185,20 @@ async def test_status_history_and_list_show_the_count(harness: Harness):
     assert code == 0, err
     rows = {row["session_id"]: row for row in map(json.loads, out.splitlines())}
     assert rows[handle.id]["actions"] == result.temporal_actions
+
+
+async def test_a_fork_counts_its_own_actions_from_zero(harness: Harness):
+    source = await harness.start([tool_use("save_note", {"title": "t", "text": "x"}, id="n1"), answer("Noted.")])
+    ended: SessionStatus = await asyncio.wait_for(source.result(), 60)
+    fork = f"{source.id}-fork"
+    harness.script(fork, [answer("Noted again.")])
+    code, out, err = await cli(harness, "fork", source.id, "--at-step", "1", "--session", fork)
+    assert code == 0 and out.strip() == fork, err
+    forked: SessionStatus = await asyncio.wait_for(
+        harness.client.get_workflow_handle_for(AgentWorkflow.run, fork).result(), 60
+    )
+    assert forked.status == "completed" and ended.temporal_actions > 0
+    assert forked.temporal_actions == (await counted(harness.client, fork)).total
+    source_trace = (await source.query(AgentWorkflow.history)).trace
+    fork_trace = (await harness.client.get_workflow_handle(fork).query(AgentWorkflow.history)).trace
+    assert fork_trace[0].temporal_actions == source_trace[0].temporal_actions  # the source's step, as it cost

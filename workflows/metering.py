@@ -61,7 +61,9 @@ class Meter:
 
     def __init__(self, state: SessionState) -> None:
         self.state = state
-        self.calling = False  # a model call is in flight: its actions go to the next turn
+        # Actions go to the next trace turn while a model call is in flight, and in a fork
+        # until its first (the turns before it are the source's); else to the latest turn.
+        self.to_next_turn = False
         self._marker_tasks: set[int] = set()  # this run's workflow tasks with markers, by history length
         self._patches: set[str] = set()
 
@@ -70,7 +72,7 @@ class Meter:
             return
         state = self.state
         state.temporal_actions += actions
-        if state.trace and not self.calling:
+        if state.trace and not self.to_next_turn:
             state.trace[-1].temporal_actions += actions
         else:
             state.unattributed_actions += actions
@@ -79,6 +81,7 @@ class Meter:
         """This run's start; a fork counts its own actions from zero."""
         if forked:
             self.state.temporal_actions = self.state.unattributed_actions = 0
+            self.to_next_turn = True
         info = workflow.info()
         if info.parent is None or info.continued_run_id is not None:
             self.add(1)  # a sub-agent's first start is counted by its parent

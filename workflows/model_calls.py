@@ -36,7 +36,7 @@ class ModelCaller:
         """Call the model with what is new since the last call; a lost transcript is sent whole, once."""
         request = self._request()
         self._resent = 0
-        self.session.meter.calling = True  # from here, actions go to the turn this call records
+        self.session.meter.to_next_turn = True  # from here, actions go to the turn this call records
         try:
             reply = await self._activity(request)
         except ActivityError as err:
@@ -135,7 +135,7 @@ class ModelCaller:
             )
         )  # fmt: skip
         state.unattributed_actions = 0
-        self.session.meter.calling = False  # the turn collects what follows, up to the next call
+        self.session.meter.to_next_turn = False  # the turn collects what follows, up to the next call
         for block in reply.message.tool_uses():
             state.calls[block.id] = ToolCallRecord(tool_use_id=block.id, step=state.steps, name=block.name, input=block.input)
         self.session.view.publish(
