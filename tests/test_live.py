@@ -2,8 +2,9 @@
 streamed session sends no signal or update, watched or not, by one follower or three; a
 follower arriving mid-turn (`watch --json` in its own process, the service's SSE endpoint)
 first gets one delta with the text so far, tagged with step and attempt, then the rest, then
-the turn; a worker started with `--no-live` still shows the text, with the turn. The worker
-and the followers are real processes, as a user runs them."""
+the turn; when the worker writing is killed mid-stream, the retry's text comes under its own
+attempt tag; a worker started with `--no-live` still shows the text, with the turn. The
+workers and the followers are real processes, as a user runs them."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from infra.keyring import parse_keys
 from infra.live import LiveServer, decode_line, live_url, with_live
 from tests.conftest import ROOT
 from tests.support.api import ApiProcess, Sse, read_sse, serve_api
-from tests.support.procs import ProcessHarness, start_session, wait_for_model_request, wait_for_status
+from tests.support.procs import ProcessHarness, holder, start_session, wait_for_model_request, wait_for_status
 from tests.support.reliability import record
 from tests.test_watch import EMAIL
 from workflows.agent import AgentWorkflow
@@ -233,6 +234,31 @@ async def test_no_live_worker_shows_the_text_with_the_turn(procs: ProcessHarness
     assert not [e for e in events if e["type"] == "delta"]
     turns = [e for e in events if e["type"] == "turn"]
     assert [t["text"] for t in turns] == [" ".join(WORDS[:30]), " ".join(WORDS[:10])]
+    assert history_counts((await handle.fetch_history()).events) == {"signals": 0, "updates": 0}
+
+
+@pytest.mark.process
+async def test_a_kill_mid_stream_shows_the_retry_under_its_attempt_tag(procs: ProcessHarness):
+    # Two workers that notice a dead one's call within 3 s; the one writing is killed mid-turn.
+    workers = [procs.workers.start("--heartbeat-timeout", "3") for _ in range(2)]
+    turn = paced(50, 0.06, tool=False)  # a 3 s turn
+    handle = await start_session(procs.client, procs.fake_model, procs.workers.task_queue, [turn, turn])
+    watch = JsonWatch(procs, handle.id)
+    try:
+        await wait_for_line(watch, "delta")
+        victim = await holder(handle, workers)
+        victim.kill()
+        events = await watch.events()
+    finally:
+        watch.stop()
+    text = " ".join(WORDS[:50])
+    tags = [(e["step"], e["attempt"]) for e in events if e["type"] == "delta"]
+    assert tags == sorted(tags) and {1} == {step for step, _ in tags} and {1, 2} <= {a for _, a in tags}, tags
+    by_attempt = {a: "".join(e["text"] for e in events if e["type"] == "delta" and e["attempt"] == a) for _, a in tags}
+    # The killed attempt's text, as far as it got; the retry's from its start, once.
+    assert text.startswith(by_attempt[1]) and by_attempt[max(by_attempt)] == text
+    turn_event = next(e for e in events if e["type"] == "turn")
+    assert turn_event["attempt"] == max(by_attempt) and turn_event["text"] == text
     assert history_counts((await handle.fetch_history()).events) == {"signals": 0, "updates": 0}
 
 
