@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import importlib
 import logging
@@ -190,8 +191,7 @@ def build_worker(
     from infra.definitions import load_definitions
     from infra.fingerprint import with_fingerprint
     from workflows.agent import AgentWorkflow
-    from workflows.metering import Metering
-    from workflows.options import HeartbeatTimeout
+    from workflows.interceptors import HeartbeatTimeout, Metering
 
     if sandboxed is None:
         sandboxed = os.environ.get("AGENT_WORKFLOW_SANDBOX", "") not in ("", "0")
@@ -360,7 +360,5 @@ async def run_until_terminated(worker: Worker) -> None:
 
 
 if __name__ == "__main__":
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
-    except KeyboardInterrupt:
-        pass

@@ -22,9 +22,9 @@ Counted, by Cloud's rules:
   `workflow.patched`), plus each local-activity attempt after the first.
 - **timers**: 1 per timer that reached the server (one started and cancelled in the same
   workflow task never does).
-- **signals** received and **updates** accepted: 1 each, counted by `Metering`, the
-  workflow interceptor `worker.build_worker` installs (it sees the event stream's signal
-  and update as well as the session's own).
+- **signals** received and **updates** accepted: 1 each, counted by `Metering`
+  (workflows/interceptors.py), which `worker.build_worker` installs (it sees the event
+  stream's signal and update as well as the session's own).
 - **search-attribute upserts**: 1 each (workflows/view.py).
 - **child sessions**: 2 each, at their start.
 
@@ -39,17 +39,8 @@ than a workflow task.
 
 from __future__ import annotations
 
-from typing import Any
-
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, RetryState, TimeoutError
-from temporalio.worker import (
-    HandleSignalInput,
-    HandleUpdateInput,
-    Interceptor,
-    WorkflowInboundInterceptor,
-    WorkflowInterceptorClassInput,
-)
 
 with workflow.unsafe.imports_passed_through():
     from activities.heartbeat import carried_count
@@ -147,32 +138,3 @@ class Meter:
 def history_length() -> int:
     """The events in history as the current workflow task started: it names the task."""
     return workflow.info().get_current_history_length()
-
-
-# ---- signals and updates -----------------------------------------------------------------
-
-
-class Metering(Interceptor):
-    """Counts every signal a session receives and every update it accepts (a workflow that
-    has no `meter` is left alone). `worker.build_worker` installs it."""
-
-    def workflow_interceptor_class(
-        self, input: WorkflowInterceptorClassInput
-    ) -> type[WorkflowInboundInterceptor] | None:
-        return _MeteringInbound
-
-
-class _MeteringInbound(WorkflowInboundInterceptor):
-    async def handle_signal(self, input: HandleSignalInput) -> None:
-        _count()
-        await super().handle_signal(input)
-
-    async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
-        _count()  # the handler runs once the update is accepted (and again on replay)
-        return await super().handle_update_handler(input)
-
-
-def _count() -> None:
-    meter: Any = getattr(workflow.instance(), "meter", None)
-    if isinstance(meter, Meter):
-        meter.add(1)

@@ -7,25 +7,17 @@ The activity each call runs, and when, stays with its caller. The values are par
 every recorded history; changing one changes no command (recorded histories replay), but
 it changes how running sessions retry and time out.
 
-`HeartbeatTimeout` is the worker's `--heartbeat-timeout`: an interceptor that gives the
-model call, tool and MCP activities a heartbeat timeout as the workflow schedules them.
+The worker's `--heartbeat-timeout` gives the activities in `HEARTBEATING` a heartbeat
+timeout as the workflow schedules them (`HeartbeatTimeout` in workflows/interceptors.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import timedelta
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from temporalio.common import RetryPolicy
-from temporalio.worker import (
-    Interceptor,
-    StartActivityInput,
-    WorkflowInboundInterceptor,
-    WorkflowInterceptorClassInput,
-    WorkflowOutboundInterceptor,
-)
-from temporalio.workflow import ActivityHandle, ParentClosePolicy
+from temporalio.workflow import ParentClosePolicy
 
 from activities.wire import ToolSpec
 from workflows.contract import Limits
@@ -147,37 +139,3 @@ def attempts(options: ActivityOptions | LocalActivityOptions) -> int:
     """The most attempts the options allow (1 when unbounded: a failure then never exhausts them)."""
     policy = options.get("retry_policy")
     return max(1, policy.maximum_attempts) if policy is not None else 1
-
-
-# ---- the worker's --heartbeat-timeout ----------------------------------------------------
-
-
-class HeartbeatTimeout(Interceptor):
-    """Gives the activities in `HEARTBEATING` this heartbeat timeout when the workflow
-    schedules them (`worker.py --heartbeat-timeout`). Activity options are not part of a
-    history's determinism: a session may move between workers with and without it."""
-
-    def __init__(self, timeout: timedelta) -> None:
-        self.timeout = timeout
-
-    def workflow_interceptor_class(
-        self, input: WorkflowInterceptorClassInput
-    ) -> type[WorkflowInboundInterceptor] | None:
-        timeout = self.timeout
-
-        class _Inbound(WorkflowInboundInterceptor):
-            def init(self, outbound: WorkflowOutboundInterceptor) -> None:
-                super().init(_WithHeartbeatTimeout(outbound, timeout))
-
-        return _Inbound
-
-
-class _WithHeartbeatTimeout(WorkflowOutboundInterceptor):
-    def __init__(self, next: WorkflowOutboundInterceptor, timeout: timedelta) -> None:
-        super().__init__(next)
-        self._timeout = timeout
-
-    def start_activity(self, input: StartActivityInput) -> ActivityHandle[Any]:
-        if input.activity in HEARTBEATING and input.heartbeat_timeout is None:
-            input = dataclasses.replace(input, heartbeat_timeout=self._timeout)
-        return super().start_activity(input)

@@ -1,0 +1,91 @@
+"""The worker's workflow interceptors: `Metering` counts the signals and updates a session
+takes (workflows/metering.py), `HeartbeatTimeout` is `worker.py --heartbeat-timeout`.
+
+`worker.build_worker` installs them; they are apart from the workflow's own modules so
+that a client importing the workflow does not import the SDK's worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.worker import (
+    HandleSignalInput,
+    HandleUpdateInput,
+    Interceptor,
+    StartActivityInput,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
+)
+from temporalio.workflow import ActivityHandle
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.metering import Meter
+    from workflows.options import HEARTBEATING
+
+
+# ---- signals and updates -----------------------------------------------------------------
+
+
+class Metering(Interceptor):
+    """Counts every signal a session receives and every update it accepts (a workflow that
+    has no `meter` is left alone). `worker.build_worker` installs it."""
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        return _MeteringInbound
+
+
+class _MeteringInbound(WorkflowInboundInterceptor):
+    async def handle_signal(self, input: HandleSignalInput) -> None:
+        _count()
+        await super().handle_signal(input)
+
+    async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
+        _count()  # the handler runs once the update is accepted (and again on replay)
+        return await super().handle_update_handler(input)
+
+
+def _count() -> None:
+    meter: Any = getattr(workflow.instance(), "meter", None)
+    if isinstance(meter, Meter):
+        meter.add(1)
+
+
+# ---- the worker's --heartbeat-timeout ----------------------------------------------------
+
+
+class HeartbeatTimeout(Interceptor):
+    """Gives the activities in `HEARTBEATING` this heartbeat timeout when the workflow
+    schedules them (`worker.py --heartbeat-timeout`). Activity options are not part of a
+    history's determinism: a session may move between workers with and without it."""
+
+    def __init__(self, timeout: timedelta) -> None:
+        self.timeout = timeout
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        timeout = self.timeout
+
+        class _Inbound(WorkflowInboundInterceptor):
+            def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+                super().init(_WithHeartbeatTimeout(outbound, timeout))
+
+        return _Inbound
+
+
+class _WithHeartbeatTimeout(WorkflowOutboundInterceptor):
+    def __init__(self, next: WorkflowOutboundInterceptor, timeout: timedelta) -> None:
+        super().__init__(next)
+        self._timeout = timeout
+
+    def start_activity(self, input: StartActivityInput) -> ActivityHandle[Any]:
+        if input.activity in HEARTBEATING and input.heartbeat_timeout is None:
+            input = dataclasses.replace(input, heartbeat_timeout=self._timeout)
+        return super().start_activity(input)
