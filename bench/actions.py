@@ -8,9 +8,9 @@ action is counted once. The rules, as implemented:
 - **Workflow started**: 1 per run, by a client's start or a continue-as-new (the new run's
   `WorkflowExecutionStarted`; the old run's `WorkflowExecutionContinuedAsNew` is not
   counted again). A signal-with-start that started the run is 1 in all: its signal (the
-  run's second event) is not counted again. A child's own start is not counted in its
+  run's second event) is not counted again. A child's own first start is not counted in its
   history: its parent's `StartChildWorkflowExecutionInitiated` counts **2** (the intent and
-  the start).
+  the start); the child's continue-as-new runs count 1 each.
 - **Activity started or retried**: 1 per `ActivityTaskScheduled`, plus `attempt - 1` from
   its `ActivityTaskStarted` (written when the activity closes, with the attempts it took).
 - **Local activities**: all the markers one workflow task records count **1** (Cloud and the
@@ -90,7 +90,8 @@ def count(events: Iterable[HistoryEvent], *, heartbeats: int = 0, rejected_updat
     for index, event in enumerate(events):
         kind = event.event_type
         if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-            if not event.workflow_execution_started_event_attributes.HasField("parent_workflow_execution"):
+            started = event.workflow_execution_started_event_attributes
+            if not started.HasField("parent_workflow_execution") or started.continued_execution_run_id:
                 found.starts += 1
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
             if index == 1 and not signal_with_start:
