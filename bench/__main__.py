@@ -23,14 +23,13 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from devservers import temporal_server
 from bench import economy, probe, report, scenarios
 from bench.contenders import CORE, OPTIONAL, FakeModel, make
 from bench.procs import ROOT, Child
-
+from devservers import temporal_server
 
 DEFAULT_SCENARIOS = "single,many,history,economy"
 
@@ -155,7 +154,7 @@ async def run(args: argparse.Namespace) -> Path:
         "command": "python -m bench" + (" --quick" if args.quick else "") + (" --scale" if args.scale else "")
         + (f" --many-reps {args.many_reps}" if args.many_reps else "") + (f" --only {args.only}" if args.only else "")
         + (f" --scenarios {args.scenarios}" if args.scenarios != DEFAULT_SCENARIOS else ""),
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "duration_s": time.monotonic() - started,
         "quick": args.quick,
         "skipped": skipped,

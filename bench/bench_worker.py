@@ -33,11 +33,11 @@ async def build(contender: str, address: str, queue: str, fake_url: str, options
     if contender in ("project", "project-local"):
         import anthropic
 
-        from infra.datadir import data_dir
         from activities.model import ModelActivities
         from activities.transcript import TranscriptStore
         from bench.project_tools import LOCAL, REGULAR
         from infra.connection import connect
+        from infra.datadir import data_dir
         from worker import build_worker
 
         client = await connect(target_host=address)

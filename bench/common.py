@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import statistics
 from typing import Any
 
@@ -18,7 +19,7 @@ TOOL_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 SMALL_OUTPUT = 64
-WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november ".split()
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima", "mike", "november"]
 
 
 def lookup_text(query: str, size: int = SMALL_OUTPUT) -> str:
@@ -86,7 +87,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def intervals(times: list[float]) -> list[float]:
     ordered = sorted(times)
-    return [b - a for a, b in zip(ordered, ordered[1:])]
+    return [b - a for a, b in itertools.pairwise(ordered)]
 
 
 def spread(values: list[float]) -> tuple[float, float, float]:

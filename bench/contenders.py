@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import urllib.request
 import uuid
@@ -71,7 +72,7 @@ class CpuMeter:
 
     def read(self) -> tuple[float | None, float | None]:
         now = [cpu_seconds(p) for p in self.pids]
-        return tuple(None if a is None or b is None else b - a for a, b in zip(self.start, now))  # type: ignore[return-value]
+        return tuple(None if a is None or b is None else b - a for a, b in zip(self.start, now, strict=False))  # type: ignore[return-value]
 
 
 class FakeModel:
@@ -141,7 +142,7 @@ class PlainContender(Contender):
             error = answer["errors"].get(session)
             outcomes.append(
                 Outcome(session, error is None, error, starts.get(session, []),
-                        transcript_bytes=answer["transcript_bytes"].get(session))  # fmt: skip
+                        transcript_bytes=answer["transcript_bytes"].get(session))
             )
         return Batch(wall, outcomes, peak, worker_cpu, None, rss_before)
 
@@ -187,13 +188,11 @@ class TemporalContender(Contender):
         starts = await asyncio.to_thread(fake.starts)
         await asyncio.to_thread(fake.reset)
         outcomes = []
-        for (session, steps, _), handle, result in zip(sessions, handles, results):
+        for (session, steps, _), handle, result in zip(sessions, handles, results, strict=False):
             if isinstance(result, BaseException):
                 error = _describe(result)
-                try:
+                with contextlib.suppress(Exception):
                     await handle.terminate("benchmark: failed or timed out")
-                except Exception:
-                    pass
             else:
                 error = self.check(result, steps)
             own = None if isinstance(result, BaseException) else self.own_starts(result)

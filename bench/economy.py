@@ -31,8 +31,8 @@ gap is from a turn's last byte to the next request (the tool call and the orches
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-import os
 import re
 import statistics
 import subprocess
@@ -213,10 +213,8 @@ async def session_once(row: Row, c: TemporalContender, fake: FakeModel, cfg: Any
             error = check(row, c, result, calls)
         except Exception as err:  # a failed or stuck session is reported, not fatal
             error = f"{type(err).__name__}: {err}"[:300]
-            try:
+            with contextlib.suppress(Exception):
                 await handle.terminate("benchmark: failed or timed out")
-            except Exception:
-                pass
         wall = time.monotonic() - began
         followed = await asyncio.to_thread(watchers.wait, 60) if watchers else None
     finally:

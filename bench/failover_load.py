@@ -85,7 +85,7 @@ async def run_sessions(
         handles.append(await client.start_workflow(AgentWorkflow.run, SessionInput(goal="go"), id=session, task_queue=queue))
     results = await asyncio.gather(*(h.result() for h in handles))
     wall = time.monotonic() - started
-    cpu = [cpu_seconds(pid) - b for pid, b in zip(processes, before)]
+    cpu = [cpu_seconds(pid) - b for pid, b in zip(processes, before, strict=False)]
     timeouts: dict[str, int] = {}
     for handle in handles:
         async for event in handle.fetch_history_events():
@@ -151,10 +151,10 @@ async def worker_main(address: str, queue: str, fake_url: str, heartbeat_s: floa
 
     import anthropic
 
-    from infra.datadir import data_dir
     from activities.model import ModelActivities
     from activities.transcript import TranscriptStore
     from infra.connection import connect
+    from infra.datadir import data_dir
     from tests.support.tools import TOOLS
     from worker import build_worker
 

@@ -136,7 +136,7 @@ async def detection(client: Client, fake: FakeModel, workers: Workers, queue: st
     turns = [{"text": prose(words, 1), "pace": args.pace}, {"text": "Done."}]
     fake._call("POST", "/_script", {"session": session, "turns": turns})
     handle = await start(client, queue, session)
-    while not fake._call("GET", f"/_requests?session={session}"):  # noqa: ASYNC110  (polls the model server)
+    while not fake._call("GET", f"/_requests?session={session}"):
         await asyncio.sleep(0.05)
     await asyncio.sleep(KILL_AFTER_S)
     pending = (await handle.describe()).raw_description.pending_activities

@@ -8,6 +8,7 @@ with the transcript). `GET /_requests?session=ID` then gives the model-call time
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import sys
@@ -52,10 +53,8 @@ def main() -> None:
     print(f"http://127.0.0.1:{httpd.server_address[1]}", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         stop.wait()
-    except KeyboardInterrupt:
-        pass
     httpd.shutdown()
     httpd.server_close()
 

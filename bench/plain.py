@@ -15,7 +15,7 @@ from typing import Any
 
 import anthropic
 
-from bench.common import MODEL, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, TOOL_SCHEMA, GOAL, lookup_text
+from bench.common import GOAL, MODEL, SYSTEM, TOOL_DESCRIPTION, TOOL_NAME, TOOL_SCHEMA, lookup_text
 
 TOOLS = {TOOL_NAME: lookup_text}
 
@@ -59,8 +59,8 @@ async def main() -> None:
         sessions = [s[0] for s in command["sessions"]]
         outcomes = await asyncio.gather(*(run_session(client, s) for s in sessions), return_exceptions=True)
         result = {
-            "transcript_bytes": {s: o for s, o in zip(sessions, outcomes) if isinstance(o, int)},
-            "errors": {s: repr(o) for s, o in zip(sessions, outcomes) if not isinstance(o, int)},
+            "transcript_bytes": {s: o for s, o in zip(sessions, outcomes, strict=False) if isinstance(o, int)},
+            "errors": {s: repr(o) for s, o in zip(sessions, outcomes, strict=False) if not isinstance(o, int)},
         }
         print(json.dumps(result), flush=True)
 

@@ -16,6 +16,7 @@ they are timed over fewer round trips (`slow_n`).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import statistics
 import uuid
 from datetime import timedelta
@@ -88,6 +89,6 @@ async def round_trips(address: str, n: int = 100, slow_n: int = 5, burst: int = 
             times = await client.execute_workflow(
                 ProbeWorkflow.run, args=[kind, n if kind == "activity" else slow_n], id=f"{queue}-{kind}", task_queue=queue
             )
-            trips = [b - a for a, b in zip(times, times[1:])]
+            trips = [b - a for a, b in itertools.pairwise(times)]
             found[kind] = statistics.median(trips[burst:] if kind == "activity" else trips) * 1000
     return found

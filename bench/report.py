@@ -37,7 +37,7 @@ def _cell(values: list[float], digits: int = 1) -> str:
 
 
 def paired_ratios(a: list[float], b: list[float]) -> list[float]:
-    return [x / y for x, y in zip(a, b) if x == x and y == y and y != 0]
+    return [x / y for x, y in zip(a, b, strict=False) if x == x and y == y and y != 0]
 
 
 def _ratio_cell(values: list[float]) -> str:

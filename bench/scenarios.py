@@ -7,9 +7,8 @@ from __future__ import annotations
 import asyncio
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 from bench.common import SMALL_OUTPUT, intervals, percentile
 from bench.contenders import Batch, Contender, FakeModel, TemporalContender, new_session
@@ -174,7 +173,7 @@ async def history(contenders: list[Contender], fake: FakeModel, cfg: Config, res
         sessions = [(new_session(f"hist{n}-{c.key}"), n, cfg.history_output) for n in cfg.history_steps]
         batch = await c.run(sessions, fake, cfg.timeout_s * 2, history=True)
         found = results.history.setdefault(c.key, {})
-        for (_, n, _), o in zip(sessions, batch.outcomes):
+        for (_, n, _), o in zip(sessions, batch.outcomes, strict=False):
             found[n] = {
                 "json": o.history_json_bytes,
                 "proto": o.history_proto_bytes,

@@ -13,9 +13,9 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from sessions import control
 from infra.errors import AgentError, BadRequest, SessionNotFound
 from service.auth import User
+from sessions import control
 from workflows.contract import SessionStatus
 
 LIST_QUERY_TIMEOUT = 3.0  # seconds per session; they are asked all at once

@@ -21,7 +21,6 @@ from temporalio.client import (
     ScheduleOverlapPolicy,
     SchedulePolicy,
     ScheduleSpec,
-
 )
 from temporalio.common import TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode

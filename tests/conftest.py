@@ -16,13 +16,13 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client, WorkflowHandle
 
-from devservers import temporal_server
 from activities.model import ModelActivities
 from activities.transcript import TranscriptStore
-from infra.connection import connect
+from devservers import temporal_server
 from devservers.fakemodel import FakeModelServer
-from tests.support.procs import ProcessHarness, Workers
+from infra.connection import connect
 from tests.support.needs import chromium_installed, tmux_installed  # noqa: F401  (fixtures)
+from tests.support.procs import ProcessHarness, Workers
 from tests.support.tools import TOOLS
 from worker import build_worker
 from workflows.agent import AgentWorkflow

@@ -17,10 +17,9 @@ import time
 import uuid
 from pathlib import Path
 
-
 from devservers import temporal_server
-from infra.connection import connect
 from devservers.fakemodel import FakeModelServer
+from infra.connection import connect
 from tests.conftest import model_activities
 from tests.support.tools import TOOLS
 from worker import build_worker

@@ -144,7 +144,7 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
         ],
         {},
         nothing,
-    ),  # fmt: skip
+    ),
     "approval": ([tool_use("send_email", EMAIL, id="e1"), answer("sent")], {}, approve),
     "approval_by_signal": ([tool_use("send_email", EMAIL, id="e1"), answer("sent")], {}, approve_by_signal),
     "deny": ([tool_use("send_email", EMAIL, id="e1"), answer("not sent")], {}, deny),
@@ -205,10 +205,10 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
 async def record(names: list[str], out: Path) -> None:
 
     from devservers import temporal_server
-    from tests.conftest import model_activities
+    from devservers.fakemodel import FakeModelServer
     from infra.connection import connect
     from sessions.control import initial_search_attributes
-    from devservers.fakemodel import FakeModelServer
+    from tests.conftest import model_activities
     from tests.support.tools import TOOLS
     from worker import build_worker
     from workflows.agent import AgentWorkflow

@@ -10,9 +10,8 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-
-from datetime import datetime, timedelta, timezone
 
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
@@ -221,7 +220,7 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
     """Every field of the source's state reaches the fork as it was, but those cut back to
     the fork's step and those of a run. The tool specs, the sub-agent count and the
     transcript resends used to be reset: a field added later carries over by itself."""
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     spec = ToolSpec(name="save_note", description="d", input_schema={"type": "object"})
     turn = lambda step, resends: TraceTurn(  # noqa: E731
         step=step, model="m", prompt_version="v1", started_at=t0, ended_at=t0, stop_reason="tool_use", text="",

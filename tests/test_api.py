@@ -17,12 +17,20 @@ import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from devservers.fakemodel import FakeModelServer
 from devservers import temporal_server
+from devservers.fakemodel import FakeModelServer
 from sessions import control
 from tests.conftest import answer, tool_use
 from tests.support.api import (
-    TOKENS, ApiProcess, Sse, api_env, collect_events, read_sse, serve_api, start_api, wait_for,
+    TOKENS,
+    ApiProcess,
+    Sse,
+    api_env,
+    collect_events,
+    read_sse,
+    serve_api,
+    start_api,
+    wait_for,
 )  # fmt: skip
 from workflows.contract import SessionInput
 

@@ -15,8 +15,8 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client
 
-from devservers.fakemodel import FakeModelServer
 from devservers import temporal_server
+from devservers.fakemodel import FakeModelServer
 from tests.conftest import OUTPUT, answer, tool_use
 from tests.support.api import TOKENS, ApiProcess, serve_api
 from tests.support.needs import CHROMIUM

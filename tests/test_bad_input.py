@@ -97,7 +97,7 @@ async def test_client_mistakes_are_one_line_and_exit_1(harness: Harness, dev_ser
     runs = await asyncio.gather(*(client(address, *args, queue=harness.task_queue) for args, _ in cases.values()))
     unreachable = await client(f"127.0.0.1:{closed_port}", "status", "x")
     lines = {}
-    for (name, (_, needles)), run in zip(cases.items(), runs):
+    for (name, (_, needles)), run in zip(cases.items(), runs, strict=False):
         lines[name] = assert_one_line_error(run, *needles)
     lines["Temporal unreachable"] = assert_one_line_error(unreachable, "cannot reach Temporal", str(closed_port))
     # Nothing changed: the waiting call still waits, no duplicate was started.

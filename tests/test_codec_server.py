@@ -17,10 +17,10 @@ import pytest
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
-from infra.keyring import new_key, parse_keys
-from infra.connection import data_converter
 from devservers import processes
 from devservers.temporal_server import free_port, port_open
+from infra.connection import data_converter
+from infra.keyring import new_key, parse_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = f"k0:{new_key()}"

@@ -12,8 +12,8 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from infra.datadir import read_effects
 from activities.tools import ToolActivities
+from infra.datadir import read_effects
 from tests.conftest import Harness, answer, model_activities, tool_use
 from tests.support.reliability import record
 from tests.support.tools import TOOLS

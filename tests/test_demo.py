@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra.datadir import read_effects
 from devservers.temporal_server import free_port
+from infra.datadir import read_effects
 
 ROOT = Path(__file__).resolve().parents[1]
 

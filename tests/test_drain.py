@@ -4,7 +4,6 @@ timeout. Real `python worker.py` processes, signalled and reaped by PID."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.conftest import answer, tool_use

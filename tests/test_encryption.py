@@ -17,11 +17,11 @@ import anthropic
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from infra.keyring import Keyring, UnknownKey, new_key, parse_keys
 from activities.model import ModelActivities
 from devservers.fakemodel import FakeModelServer
-from infra.connection import connect, data_converter
 from devservers.temporal_server import temporal_binary
+from infra.connection import connect, data_converter
+from infra.keyring import Keyring, UnknownKey, new_key, parse_keys
 from tests.conftest import answer, tool_use
 from tests.support.reliability import record
 from tests.support.tools import TOOLS

@@ -9,6 +9,7 @@ server's request times and from the history's activity events.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -64,7 +65,7 @@ async def model_activities(handle) -> list[ModelAttempts]:
 
 def gaps(requests: list[dict[str, Any]]) -> list[float]:
     """Seconds from the end of each answer to the next request."""
-    return [b["at"] - a["done"] for a, b in zip(requests, requests[1:])]
+    return [b["at"] - a["done"] for a, b in itertools.pairwise(requests)]
 
 
 async def assert_recorded_once(handle, steps: int) -> SessionHistory:

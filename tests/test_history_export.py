@@ -10,10 +10,10 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from sessions.pricing import price_for
 from tests.conftest import Harness, answer, tool_use
 from tests.test_watch import run_cli
 from workflows.agent import AgentWorkflow
-from sessions.pricing import price_for
 
 PRICED = "claude-sonnet-4-6"
 
@@ -35,7 +35,7 @@ async def finished_session(harness: Harness):
 
 
 async def test_history_json_carries_the_trace(harness: Harness):
-    handle, result = await finished_session(harness)
+    handle, _result = await finished_session(harness)
     code, out, err = await run_cli(harness, "history", handle.id, "--json")
     assert code == 0, err
     found = json.loads(out)

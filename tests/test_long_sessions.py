@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import uuid
 
@@ -185,7 +186,7 @@ async def test_prompt_cache_is_read_across_steps(harness: Harness):
     result = await asyncio.wait_for(handle.result(), 60)
     trace = (await handle.query("history", result_type=SessionHistory)).trace
     assert trace[0].usage.cache_read_input_tokens == 0 and trace[0].usage.cache_creation_input_tokens > 0
-    for before, turn in zip(trace, trace[1:]):
+    for before, turn in itertools.pairwise(trace):
         # Everything the previous call sent is read from the cache; only the new part is written.
         seen = before.usage.cache_read_input_tokens + before.usage.cache_creation_input_tokens
         assert turn.usage.cache_read_input_tokens >= seen
@@ -223,7 +224,7 @@ async def test_prompt_too_long_is_answered_by_compacting(harness: Harness):
     assert last.context_dropped > 0
     sizes = [len(json.dumps(r["body"]["messages"])) for r in harness.requests(handle.id)[4:]]
     # Each retry sent less; none repeated the request that was too long.
-    assert len(sizes) >= 2 and all(b < a for a, b in zip(sizes, sizes[1:])) and sizes[-1] <= 9000
+    assert len(sizes) >= 2 and all(b < a for a, b in itertools.pairwise(sizes)) and sizes[-1] <= 9000
 
 
 async def test_dropped_messages_can_be_summarised(harness: Harness):

@@ -328,7 +328,7 @@ async def test_controls_after_the_end_are_rejected(client: Client, fake_model: F
         result = await asyncio.wait_for(handle.result(), 30)
         assert result.status == "completed" and result.answer == "done"
         # Closed: the server refuses the update without asking the workflow.
-        with pytest.raises(RPCError, match="(?i)completed"):
+        with pytest.raises(RPCError, match=r"(?i)completed"):
             await handle.execute_update("pause_session", result_type=str)
 
 

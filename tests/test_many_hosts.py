@@ -127,9 +127,12 @@ async def step_bytes(handle: WorkflowHandle) -> tuple[int, int, int]:
         total += size
         if event.event_type in (EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED):
             activity += size
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
-            if event.activity_task_failed_event_attributes.failure.application_failure_info.type == "TranscriptMissing":
-                resends += 1
+        failure = event.activity_task_failed_event_attributes.failure
+        if (
+            event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+            and failure.application_failure_info.type == "TranscriptMissing"
+        ):
+            resends += 1
     return total, activity, resends
 
 
@@ -175,7 +178,8 @@ async def run_moving_session(h: HostsHarness, steps: int) -> None:
     solo_total, solo_activity, _ = await step_bytes(solo)
     assert resends == 0 and result.transcript_resends == 0
     if abs(activity - solo_activity) > 0.02 * solo_activity:
-        print("MOVING", await breakdown(moving)); print("SOLO", await breakdown(solo))
+        print("MOVING", await breakdown(moving))
+        print("SOLO", await breakdown(solo))
     assert abs(activity - solo_activity) <= 0.02 * solo_activity
     assert max(recoveries) < 40
     record(AREA, f"a {steps}-step session moved across 3 hosts by 2 kills (-9), one S3 store, a 1 MB tool output",

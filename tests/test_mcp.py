@@ -25,12 +25,12 @@ import pytest_asyncio
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from devservers import processes
-from devservers.temporal_server import free_port
-from infra.definitions import McpServer
 from activities.mcp import McpActivities
 from activities.transcript import TranscriptStore
 from activities.wire import ToolRequest
+from devservers import processes
+from devservers.temporal_server import free_port
+from infra.definitions import McpServer
 from tests.support.mcp_servers import SLOW_STARTED
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,12 +12,12 @@ from collections.abc import AsyncIterator
 import pytest_asyncio
 from temporalio.client import Client
 
-from infra.definitions import McpServer
 from activities.mcp import McpActivities
+from infra.definitions import McpServer
 from tests.conftest import Harness, answer, model_activities, tool_use
+from tests.support.mcp_servers import SLOW_STARTED
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
-from tests.support.mcp_servers import SLOW_STARTED
 from tests.test_mcp import ENV, STDIO, HttpServer, slow_call_started
 from tests.test_watch import wait_for_status
 from worker import build_worker

@@ -75,7 +75,7 @@ async def test_five_megabyte_tool_output_is_cut_and_the_session_completes(payloa
     assert result.status == "completed"
     sent = h.requests(handle.id)[1]["body"]["messages"][-1]["content"][0]["content"]
     assert sent.startswith("x" * 8000) and f"[truncated {5 * MB - 8000} of {5 * MB} characters" in sent
-    total, largest = await history_bytes(handle)
+    _total, largest = await history_bytes(handle)
     assert largest < 100_000
     record(AREA, "a tool returns 5 MB of text (default `max_tool_output` 8,000)",
            "cut to 8,000 characters with a note to the model; completed", {"largest history event": f"{largest:,} B"})
@@ -144,7 +144,7 @@ async def test_huge_goal_at_the_limit(payload_harness: Harness):
     assert result.status == "completed"
     sent = h.requests(handle.id)[0]["body"]["messages"][0]["content"][0]["text"]
     assert sent == goal
-    total, largest = await history_bytes(handle)
+    _total, largest = await history_bytes(handle)
     record(AREA, "a goal of 200,000 characters (800 KB of UTF-8), the most a goal may have",
            "completed; the model got the goal whole", {"largest event": f"{largest:,} B"})
 

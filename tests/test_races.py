@@ -4,6 +4,7 @@ of pause/resume; pause while tools run. A rejected decision changes nothing."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from datetime import timedelta
 
@@ -237,12 +238,12 @@ async def test_fifty_pause_resume_update_pairs_at_once_stay_consistent(harness: 
 
     names = [name for _ in range(50) for name in ("pause_session", "resume_session")]
     outcomes = await asyncio.gather(*(send(n) for n in names))
-    paused = sum(ok for n, ok in zip(names, outcomes) if n == "pause_session")
-    resumed = sum(ok for n, ok in zip(names, outcomes) if n == "resume_session")
+    paused = sum(ok for n, ok in zip(names, outcomes, strict=False) if n == "pause_session")
+    resumed = sum(ok for n, ok in zip(names, outcomes, strict=False) if n == "resume_session")
     # Accepted updates alternate pause, resume, pause...: never two pauses in a row.
-    accepted = [n for n in await accepted_updates(handle)]
+    accepted = list(await accepted_updates(handle))
     assert accepted.count("pause_session") == paused and accepted.count("resume_session") == resumed
-    assert all(a != b for a, b in zip(accepted, accepted[1:])), accepted
+    assert all(a != b for a, b in itertools.pairwise(accepted)), accepted
     assert not accepted or accepted[0] == "pause_session"
     snapshot = await handle.query("status", result_type=SessionStatus)
     assert paused - resumed in (0, 1)

@@ -16,10 +16,10 @@ import pytest_asyncio
 from google.protobuf.json_format import MessageToJson
 from temporalio.client import Client
 
-from devservers import processes
-from infra.datadir import read_effects
 from activities.tools import tool
+from devservers import processes
 from devservers.fakemodel import FakeModelServer
+from infra.datadir import read_effects
 from tests.conftest import ROOT, Harness, answer, history_text, model_activities, tool_use
 from tests.support.reliability import record
 from tests.support.tools import TOOLS

@@ -15,8 +15,8 @@ import pytest
 import pytest_asyncio
 
 from devservers import temporal_server
-from infra.connection import connect
 from devservers.fakemodel import FakeModelServer
+from infra.connection import connect
 from tests.conftest import answer, tool_use
 from tests.support.procs import (
     ProcessHarness,

@@ -9,12 +9,12 @@ from pathlib import Path
 import boto3
 import pytest
 
+from activities.transcript import TranscriptMissing, TranscriptStore, open_store
+from devservers.seaweed import SeaweedServer
+from infra.connection import data_converter
 from infra.keyring import UnknownKey, new_key
 from infra.objects import CachedObjects, LocalObjects
 from infra.s3 import S3Objects, parse_url
-from activities.transcript import TranscriptMissing, TranscriptStore, open_store
-from infra.connection import data_converter
-from devservers.seaweed import SeaweedServer
 from tests.support.s3 import s3_env, s3_server  # noqa: F401  (fixtures)
 
 MB = 1024 * 1024

@@ -32,11 +32,11 @@ from temporalio.contrib.opentelemetry import OpenTelemetryInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from infra.definitions import load_definitions
 from devservers.fakemodel import FakeModelServer
 from infra import otel
-from sessions.start_input import session_input
 from infra.connection import connect
+from infra.definitions import load_definitions
+from sessions.start_input import session_input
 from tests.conftest import Harness, answer, model_activities, tool_use
 from tests.support.procs import wait_for_status
 from tests.support.reliability import record
@@ -276,15 +276,16 @@ def test_tracing_is_off_unless_asked_for(monkeypatch, env: dict[str, str], expor
 
 def test_otlp_grpc_exporter_from_the_environment(monkeypatch):
     """OTEL_EXPORTER_OTLP_PROTOCOL=grpc sends spans to a gRPC collector on loopback."""
-    import grpc
     from concurrent import futures
+
+    import grpc
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
     from opentelemetry.sdk.trace import TracerProvider
 
     received: list[str] = []
 
     class Collector(trace_service_pb2_grpc.TraceServiceServicer):
-        def Export(self, request, context):  # noqa: N802 (the service's name)
+        def Export(self, request, context):
             received.extend(s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans)
             return trace_service_pb2.ExportTraceServiceResponse()
 
@@ -337,9 +338,8 @@ async def test_a_run_closed_after_eviction_logs_no_context_error(spans: InMemory
     from workflows.spans import _span
 
     async def run() -> None:
-        with _span("evicted", {}):
-            with _span("evicted inner", {}):
-                await asyncio.Event().wait()
+        with _span("evicted", {}), _span("evicted inner", {}):
+            await asyncio.Event().wait()
 
     coro = run()
     contextvars.copy_context().run(coro.send, None)  # the run's own context enters both spans

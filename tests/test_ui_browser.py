@@ -19,8 +19,8 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from devservers import processes, temporal_server
-from infra.connection import connect
 from devservers.fakemodel import FakeModelServer
+from infra.connection import connect
 from tests.conftest import OUTPUT, ROOT, answer, model_activities, tool_use
 from tests.support.needs import CHROMIUM
 from tests.support.tools import TOOLS
@@ -91,7 +91,8 @@ async def test_the_session_page_tells_the_story(tmp_path: Path, fake_model: Fake
         worker = build_worker(client, TOOLS, queue=queue, model=model_activities(fake_model, data_dir))
         async with worker:
             env = {"TEMPORAL_ADDRESS": server.address, "TEMPORAL_TASK_QUEUE": queue, "PATH": "/usr/bin:/bin"}
-            import os, sys  # noqa: E401
+            import os
+            import sys
 
             started = subprocess.run(
                 [sys.executable, "client.py", "start", GOAL, "--session", session, "--user", "alice"],

@@ -15,8 +15,8 @@ with workflow.unsafe.imports_passed_through():
 
     from activities.wire import ModelReply
     from workflows.agent import AgentWorkflow
-    from workflows.model_calls import ModelCaller
     from workflows.contract import SessionInput, SessionStatus
+    from workflows.model_calls import ModelCaller
 
 PATCH = "memo-recorded-by"
 MEMO_KEY = "recorded_by"

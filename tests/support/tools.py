@@ -8,9 +8,9 @@ from typing import Annotated
 
 from pydantic import Field
 
-from infra.datadir import data_dir, record_effect
-from examples.example_tools import TOOLS as EXAMPLE_TOOLS
 from activities.tools import ToolContext, tool
+from examples.example_tools import TOOLS as EXAMPLE_TOOLS
+from infra.datadir import data_dir, record_effect
 
 
 @tool(policy="at_most_once")

@@ -19,8 +19,8 @@ from mcp.types import (
     ToolAnnotations,
 )
 
-from infra.definitions import McpServer
 from activities.mcp._convert import input_error, policy_of, result_text, split_name, to_spec
+from infra.definitions import McpServer
 
 SERVER = McpServer(command=["true"])
 

@@ -16,7 +16,13 @@ from openai.types.completion_usage import CompletionUsage
 from temporalio.exceptions import ApplicationError
 
 from activities import providers
-from activities.model_errors import MODEL_RETRYABLE, MODEL_TERMINAL, PROMPT_TOO_LONG, IncompleteResponse, terminal
+from activities.model_errors import (
+    MODEL_RETRYABLE,
+    MODEL_TERMINAL,
+    PROMPT_TOO_LONG,
+    IncompleteResponse,
+    terminal,
+)
 from activities.providers import ProviderCall
 from activities.providers.openai import OpenAIProvider, add_chunk, from_completion
 from activities.providers.openai_format import Reply, build_params, stop_reason, to_turn, tool_input, usage

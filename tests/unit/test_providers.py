@@ -16,6 +16,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities import providers
+from activities.model import ModelActivities
 from activities.model_errors import (
     MODEL_RETRYABLE,
     MODEL_TERMINAL,
@@ -24,7 +25,6 @@ from activities.model_errors import (
     retry_after,
     terminal,
 )
-from activities.model import ModelActivities
 from activities.providers import ModelTurn, ProviderCall
 from activities.providers.anthropic import AnthropicProvider, build_params, stop_reason, to_turn
 from activities.transcript import TranscriptStore
