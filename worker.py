@@ -289,12 +289,24 @@ def parse_args() -> argparse.Namespace:
         "--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS,
         help="on SIGTERM, seconds running model calls and tools get to finish (default: %(default)g)",
     )  # fmt: skip
-    parser.add_argument("--live-host", default="127.0.0.1", metavar="HOST",
-                        help="serve the model's text live to followers on this address (default: %(default)s)")
-    parser.add_argument("--live-port", type=live_port, default=0, metavar="PORT",
-                        help="the live text's port (default: any free port, named in the worker's identity)")
-    parser.add_argument("--no-live", action="store_true",
-                        help="serve no live text: followers see the model's text when each turn is recorded")
+    parser.add_argument(
+        "--live-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="serve the model's text live to followers on this address (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--live-port",
+        type=live_port,
+        default=0,
+        metavar="PORT",
+        help="the live text's port (default: any free port, named in the worker's identity)",
+    )
+    parser.add_argument(
+        "--no-live",
+        action="store_true",
+        help="serve no live text: followers see the model's text when each turn is recorded",
+    )
     add_capacity_flags(parser)
     # module:NAME of another workflow class, for the deploy tests' second build.
     parser.add_argument("--workflow", help=argparse.SUPPRESS)
@@ -337,7 +349,9 @@ async def main() -> None:
     where = f", deployment {args.deployment} build {args.build_id}" if versioning else ""
     if args.heartbeat_timeout:
         where += f", heartbeat timeout {args.heartbeat_timeout.total_seconds():g} s"
-    where += f", live text on {url}" if (url := live_url(worker.config().get("identity"))) else ", no live text"
+    where += (
+        f", live text on {url}" if (url := live_url(worker.config().get("identity"))) else ", no live text"
+    )
     logging.info("worker on task queue %s%s", task_queue(), where)
     try:
         await otel.run_beside(metrics, run_until_terminated(worker))

@@ -91,14 +91,18 @@ def build_app(converter: DataConverter, calls: LiveCalls = LIVE) -> Any:
             return JSONResponse({"error": "attempt must be a whole number"}, status_code=400)
         call = await calls.wait_for(session_id, attempt, WAIT_FOR_CALL_S)
         if call is None:
-            return JSONResponse({"error": f"no model call of session {session_id} runs here"}, status_code=404)
+            return JSONResponse(
+                {"error": f"no model call of session {session_id} runs here"}, status_code=404
+            )
 
         async def lines() -> AsyncIterator[bytes]:
             async for delta in call.follow():
                 yield await encode_delta(converter, delta)
             yield json.dumps({"end": call.ended}).encode() + b"\n"
 
-        return StreamingResponse(lines(), media_type="application/x-ndjson", headers={"Cache-Control": "no-store"})
+        return StreamingResponse(
+            lines(), media_type="application/x-ndjson", headers={"Cache-Control": "no-store"}
+        )
 
     return Starlette(routes=[Route("/live/{session_id:path}", live)])
 
@@ -110,7 +114,9 @@ class LiveServer:
     answering on it, `stop` ends it and the streams still open. As an async context it
     does all three."""
 
-    def __init__(self, converter: DataConverter, host: str = "127.0.0.1", port: int = 0, calls: LiveCalls = LIVE):
+    def __init__(
+        self, converter: DataConverter, host: str = "127.0.0.1", port: int = 0, calls: LiveCalls = LIVE
+    ):
         self.converter, self.host, self.port, self.calls = converter, host, port, calls
         self.url: str | None = None
         self._socket: socket.socket | None = None
@@ -131,7 +137,9 @@ class LiveServer:
             return self.url
         sock: socket.socket | None = None
         try:
-            family, kind, proto, _, address = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)[0]
+            family, kind, proto, _, address = socket.getaddrinfo(
+                self.host, self.port, type=socket.SOCK_STREAM
+            )[0]
             sock = socket.socket(family, kind, proto)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(address)

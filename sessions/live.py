@@ -64,7 +64,9 @@ class Item:
 
 def calls_model_next(event: ev.SessionEvent) -> bool:
     """Whether a model call may begin after this durable event."""
-    return event.type in NEXT_CALL_AFTER or (isinstance(event, ev.StatusChanged) and event.status == "running")
+    return event.type in NEXT_CALL_AFTER or (
+        isinstance(event, ev.StatusChanged) and event.status == "running"
+    )
 
 
 async def session_events(
@@ -87,7 +89,9 @@ async def session_events(
                 try:
                     event = ev.read_event(raw.topic, raw.data)
                 except ValidationError:
-                    log.warning("session %s: skipping an event this code does not know: %r", session_id, raw.data)
+                    log.warning(
+                        "session %s: skipping an event this code does not know: %r", session_id, raw.data
+                    )
                     continue
                 queue.put_nowait(Item(raw.offset, raw.topic, event))
                 if first or calls_model_next(event):
@@ -107,7 +111,11 @@ async def session_events(
                 raise got
             if isinstance(got.event, ev.TurnRecorded):
                 text.turned(got.event.step)
-            elif isinstance(got.event, ev.TextDelta) and got.offset is None and got.event.step <= text.last_turn:
+            elif (
+                isinstance(got.event, ev.TextDelta)
+                and got.offset is None
+                and got.event.step <= text.last_turn
+            ):
                 continue  # its turn is already out, with the whole text
             yield got
             if isinstance(got.event, ev.SessionEnded):
@@ -189,7 +197,10 @@ class LiveText:
             due = None
             if activity.HasField("next_attempt_schedule_time"):
                 now = datetime.now(UTC)
-                due = max(0.0, (activity.next_attempt_schedule_time.ToDatetime(UTC) - now).total_seconds()) + DUE_SLACK_S
+                due = (
+                    max(0.0, (activity.next_attempt_schedule_time.ToDatetime(UTC) - now).total_seconds())
+                    + DUE_SLACK_S
+                )
             return activity.attempt, None, due
         return None
 
