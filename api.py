@@ -31,8 +31,11 @@ def main() -> int:
         description=(__doc__ or "").partition("\n\n")[0].replace("\n", " "),
         epilog=(__doc__ or "").partition("\n\n")[2].replace("\n", " ").strip(),
     )
-    parser.add_argument("--host", default=LOCAL, help="address to listen on (default: %(default)s; without "
-                        "AGENT_API_USERS always 127.0.0.1)")
+    parser.add_argument(
+        "--host",
+        default=LOCAL,
+        help="address to listen on (default: %(default)s; without AGENT_API_USERS always 127.0.0.1)",
+    )
     parser.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
     args = parser.parse_args()
     # The web framework and Temporal's SDK load after the arguments: --help answers at once.

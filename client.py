@@ -33,20 +33,36 @@ class Parser(argparse.ArgumentParser):
 def add_session_flags(command: argparse.ArgumentParser) -> None:
     """The settings of a new session, shared by `start` and `schedule create`."""
     command.add_argument("--system", help="system prompt")
-    command.add_argument("--agent", help="the agent to run, from the definitions (default: the file's default)")
-    command.add_argument("--model", default=os.environ.get("AGENT_MODEL"), help=f"provider:model (default: the agent's, else {DEFAULT_MODEL})")
-    command.add_argument("--user", default=os.environ.get("AGENT_USER", "anonymous"), help="user the session acts for")
+    command.add_argument(
+        "--agent", help="the agent to run, from the definitions (default: the file's default)"
+    )
+    command.add_argument(
+        "--model",
+        default=os.environ.get("AGENT_MODEL"),
+        help=f"provider:model (default: the agent's, else {DEFAULT_MODEL})",
+    )
+    command.add_argument(
+        "--user", default=os.environ.get("AGENT_USER", "anonymous"), help="user the session acts for"
+    )
     command.add_argument("--max-steps", type=positive_int, help="most model calls (default 20)")
     command.add_argument("--token-budget", type=positive_int, help="most tokens, cache included")
     command.add_argument("--cost-budget", type=positive_float, help="most USD (needs prices for the model)")
     command.add_argument("--timeout", type=positive_float, help="wall-clock limit in seconds (default 3600)")
     command.add_argument("--max-tokens", type=positive_int, help="max_tokens per model call (default 4096)")
-    command.add_argument("--model-timeout", type=positive_float, help="seconds one model call attempt may take (default 120)")
+    command.add_argument(
+        "--model-timeout", type=positive_float, help="seconds one model call attempt may take (default 120)"
+    )
     command.add_argument("--tools", help="comma-separated tool names (default: all the worker has)")
     command.add_argument("--chat", action="store_true", help="keep the session open for more messages")
-    command.add_argument("--idle-timeout", type=positive_float, help="a chat ends after this many idle seconds (default 86400)")
-    command.add_argument("--context-tokens", type=positive_int, help="the model's context window (default 200000)")
-    command.add_argument("--summarize-dropped", action="store_true", help="summarise what no longer fits the context")
+    command.add_argument(
+        "--idle-timeout", type=positive_float, help="a chat ends after this many idle seconds (default 86400)"
+    )
+    command.add_argument(
+        "--context-tokens", type=positive_int, help="the model's context window (default 200000)"
+    )
+    command.add_argument(
+        "--summarize-dropped", action="store_true", help="summarise what no longer fits the context"
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -93,7 +109,9 @@ def parser() -> argparse.ArgumentParser:
     send = commands.add_parser("send", help="send a message to a chat session")
     send.add_argument("session")
     send.add_argument("text")
-    commands.add_parser("close", help="end a chat session after the messages already sent").add_argument("session")
+    commands.add_parser("close", help="end a chat session after the messages already sent").add_argument(
+        "session"
+    )
 
     approve = commands.add_parser("approve", help="approve a tool call that waits for approval")
     approve.add_argument("session")
@@ -121,7 +139,9 @@ def parser() -> argparse.ArgumentParser:
     watch.add_argument("--json", action="store_true", help="one JSON event per line")
     watch.add_argument("--no-prompt", action="store_true", help="never ask y/n for approvals")
 
-    agents_cmd = commands.add_parser("agents", help="the agent definitions (AGENT_DEFINITIONS, default agents.toml)")
+    agents_cmd = commands.add_parser(
+        "agents", help="the agent definitions (AGENT_DEFINITIONS, default agents.toml)"
+    )
     agents_cmd.add_argument("--json", action="store_true", help="one JSON object per line")
 
     listing = commands.add_parser("list", help="sessions, newest first")

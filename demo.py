@@ -38,16 +38,25 @@ def main() -> int:
     try:
         host, _, port = address().rpartition(":")
         if not temporal_server.port_open(host or "localhost", int(port)):
-            print(f"No Temporal server at {address()}: starting the bundled dev server (state in {data / 'temporal.db'}).")
+            print(
+                f"No Temporal server at {address()}: starting the bundled dev server (state in {data / 'temporal.db'})."
+            )
             server = temporal_server.start(
-                port=int(port), ui_port=args.ui_port, db_file=data / "temporal.db", log_file=data / "temporal.log"
+                port=int(port),
+                ui_port=args.ui_port,
+                db_file=data / "temporal.db",
+                log_file=data / "temporal.log",
             )
             env["TEMPORAL_ADDRESS"] = server.address
             env["TEMPORAL_UI_URL"] = f"http://localhost:{args.ui_port}"
         if not env.get("ANTHROPIC_API_KEY"):
             print("ANTHROPIC_API_KEY is not set: using the local fake model (its answers say [fake model]).")
             fake = subprocess.Popen(
-                [sys.executable, "-m", "devservers.fakemodel"], cwd=here, env=env, stdout=subprocess.PIPE, text=True
+                [sys.executable, "-m", "devservers.fakemodel"],
+                cwd=here,
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
             )
             started.append(("fake model", fake))
             assert fake.stdout is not None  # stdout=PIPE

@@ -29,15 +29,28 @@ def _interrupt(signum, frame) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python devserver.py", description=(__doc__ or "").partition("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python devserver.py", description=(__doc__ or "").partition("\n")[0]
+    )
     parser.add_argument("--port", type=int, default=7233, help="gRPC port (default 7233)")
     parser.add_argument("--ui-port", type=int, default=8233, help="Web UI port (default 8233)")
-    parser.add_argument("--codec-port", type=int, default=8234, help="codec endpoint port, with AGENT_PAYLOAD_KEYS (default 8234)")
-    parser.add_argument("--with-s3", action="store_true", help="also run a local S3 server for AGENT_STORE_URL")
-    parser.add_argument("--s3-port", type=int, default=8333, help="its S3 port, with --with-s3 (default 8333)")
+    parser.add_argument(
+        "--codec-port",
+        type=int,
+        default=8234,
+        help="codec endpoint port, with AGENT_PAYLOAD_KEYS (default 8234)",
+    )
+    parser.add_argument(
+        "--with-s3", action="store_true", help="also run a local S3 server for AGENT_STORE_URL"
+    )
+    parser.add_argument(
+        "--s3-port", type=int, default=8333, help="its S3 port, with --with-s3 (default 8333)"
+    )
     parser.add_argument("--default-settings", action="store_true",
                         help="Temporal's default server settings, not the tuned ones")  # fmt: skip
-    parser.add_argument("--gomaxprocs", type=int, help="GOMAXPROCS for the server (default: the Go runtime's)")
+    parser.add_argument(
+        "--gomaxprocs", type=int, help="GOMAXPROCS for the server (default: the Go runtime's)"
+    )
     args = parser.parse_args()
     data = Path(os.environ.get("AGENT_DATA_DIR", ".agent-data")).resolve()
     data.mkdir(parents=True, exist_ok=True)
@@ -54,7 +67,9 @@ def main() -> None:
     helpers: list[subprocess.Popen] = []
     if encrypted:
         helpers.append(codec_server.spawn(args.codec_port, data / "codec-server.log", ui_port=args.ui_port))
-        print(f"Codec endpoint http://127.0.0.1:{args.codec_port} (pid {helpers[-1].pid}): the UI shows decrypted payloads")
+        print(
+            f"Codec endpoint http://127.0.0.1:{args.codec_port} (pid {helpers[-1].pid}): the UI shows decrypted payloads"
+        )
     s3 = seaweed.start(data / "seaweedfs", port=args.s3_port) if args.with_s3 else None
     if s3 is not None:
         print(f"S3 (SeaweedFS) on {s3.endpoint} (pid {s3.pid}); for every worker and client:")
@@ -64,7 +79,9 @@ def main() -> None:
         codec_endpoint=f"http://127.0.0.1:{args.codec_port}" if encrypted else None,
         tuned=not args.default_settings, gomaxprocs=args.gomaxprocs,
     )  # fmt: skip
-    print(f"Temporal dev server on {server.address}, Web UI http://localhost:{args.ui_port} (pid {server.pid})")
+    print(
+        f"Temporal dev server on {server.address}, Web UI http://localhost:{args.ui_port} (pid {server.pid})"
+    )
     try:
         server.process.wait()
     except KeyboardInterrupt:

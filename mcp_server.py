@@ -30,7 +30,9 @@ def main() -> int:
     from infra import extras
     from infra.errors import AgentError, ConfigError
 
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         extras.check_settings()
         asyncio.run(serve())

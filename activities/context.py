@@ -35,7 +35,9 @@ class Fitted:
 
 def omission_note(count: int, summary: str | None) -> str:
     if summary:
-        return f"[{count} earlier messages were left out to fit the context window. Summary of them: {summary}]"
+        return (
+            f"[{count} earlier messages were left out to fit the context window. Summary of them: {summary}]"
+        )
     return f"[{count} earlier messages were left out to fit the context window.]"
 
 

@@ -95,7 +95,10 @@ class ModelActivities:
         """The request with its tool specs, the stored transcript, and the new messages."""
         try:
             base = await self._store.load(request.transcript_ref)
-            new = [await self._store.resolve(m.model_dump(mode="json", exclude_none=True)) for m in request.new_messages]
+            new = [
+                await self._store.resolve(m.model_dump(mode="json", exclude_none=True))
+                for m in request.new_messages
+            ]
             return await self._with_tools(request), base, new
         except TranscriptMissing as err:
             # The workflow answers this by sending the whole transcript once.
@@ -108,7 +111,9 @@ class ModelActivities:
             return request
         specs = self._specs.get(request.tools_ref)
         if specs is None:
-            specs = [ToolSpec.model_validate(t) for t in json.loads(await self._store.get_blob(request.tools_ref))]
+            specs = [
+                ToolSpec.model_validate(t) for t in json.loads(await self._store.get_blob(request.tools_ref))
+            ]
             if len(self._specs) >= 64:
                 self._specs.clear()
             self._specs[request.tools_ref] = specs
@@ -128,7 +133,12 @@ class ModelActivities:
             self._sizes.popitem(last=False)
 
     async def _send(
-        self, provider: Provider, model: str, request: ModelRequest, messages: Messages, sizes: list[int],
+        self,
+        provider: Provider,
+        model: str,
+        request: ModelRequest,
+        messages: Messages,
+        sizes: list[int],
         deltas: Deltas,
     ) -> tuple[ModelTurn, Fitted]:
         """The provider's answer to the fitted messages, fitted tighter while it says too long."""
@@ -153,20 +163,31 @@ class ModelActivities:
         raise too_long
 
     async def _fit(
-        self, provider: Provider, model: str, request: ModelRequest, messages: Messages, sizes: list[int],
+        self,
+        provider: Provider,
+        model: str,
+        request: ModelRequest,
+        messages: Messages,
+        sizes: list[int],
         budget: int,
     ) -> Fitted:
         """The messages that fit the context window, with a summary of the rest if asked for."""
-        fixed = estimate_tokens(request.system) + estimate_tokens([t.for_model() for t in request.tools or []])
+        fixed = estimate_tokens(request.system) + estimate_tokens(
+            [t.for_model() for t in request.tools or []]
+        )
         fitted = fit(messages, budget, fixed=fixed, sizes=sizes)
         if not fitted.dropped and fitted.estimated_tokens > budget * COUNT_ABOVE:
             # Close to the limit: ask the provider rather than trust the estimate.
             counted = await provider.count_tokens(_call(request, model, messages))
             if counted is not None and counted > budget:
-                fitted = fit(messages, int(budget * fitted.estimated_tokens / counted), fixed=fixed, sizes=sizes)
+                fitted = fit(
+                    messages, int(budget * fitted.estimated_tokens / counted), fixed=fixed, sizes=sizes
+                )
         if fitted.dropped and request.summarize_dropped:
             summary = await self._summary(provider, model, request, fitted.dropped, budget)
-            fitted = fit(messages, budget, fixed=fixed + estimate_tokens(summary), summary=summary, sizes=sizes)
+            fitted = fit(
+                messages, budget, fixed=fixed + estimate_tokens(summary), summary=summary, sizes=sizes
+            )
         return fitted
 
     async def _summary(

@@ -151,7 +151,13 @@ def truncate(text: str, limit: int) -> tuple[str, int]:
 
 
 async def finish_outcome(
-    store: TranscriptStore, content: str, *, is_error: bool, max_output: int, started: float, heartbeats: int = 0
+    store: TranscriptStore,
+    content: str,
+    *,
+    is_error: bool,
+    max_output: int,
+    started: float,
+    heartbeats: int = 0,
 ) -> ToolOutcome:
     """A tool's text as history records it: UTF-8 safe, cut to `max_output`, stored when long;
     with the attempt that ran it and the heartbeats the call sent."""
@@ -215,7 +221,9 @@ class ToolActivities:
         try:
             args = found.parse(request.input)
         except ValidationError as err:
-            return ToolOutcome(content=describe_validation_error(found.name, err), is_error=True, attempt=attempt)
+            return ToolOutcome(
+                content=describe_validation_error(found.name, err), is_error=True, attempt=attempt
+            )
         async with Heartbeats() as beats:
             ctx = ToolContext(
                 session_id=request.session_id,

@@ -45,7 +45,9 @@ def open_objects(url: str | None = None, keyring: Keyring | None = None) -> Obje
 
 def open_store() -> TranscriptStore:
     """The store this process's environment configures (`AGENT_STORE_URL`, `AGENT_PAYLOAD_KEYS`)."""
-    return TranscriptStore(open_objects(os.environ.get("AGENT_STORE_URL", "").strip() or None, keyring_from_env()))
+    return TranscriptStore(
+        open_objects(os.environ.get("AGENT_STORE_URL", "").strip() or None, keyring_from_env())
+    )
 
 
 class TranscriptStore:

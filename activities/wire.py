@@ -46,12 +46,17 @@ class OtherBlock(BaseModel):
 
 
 def _block_kind(value: Any) -> str:
-    kind = cast("dict[str, Any]", value).get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    kind = (
+        cast("dict[str, Any]", value).get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    )
     return kind if kind in ("text", "tool_use", "tool_result") else "other"
 
 
 ContentBlock = Annotated[
-    Annotated[TextBlock, Tag("text")] | Annotated[ToolUseBlock, Tag("tool_use")] | Annotated[ToolResultBlock, Tag("tool_result")] | Annotated[OtherBlock, Tag("other")],
+    Annotated[TextBlock, Tag("text")]
+    | Annotated[ToolUseBlock, Tag("tool_use")]
+    | Annotated[ToolResultBlock, Tag("tool_result")]
+    | Annotated[OtherBlock, Tag("other")],
     Discriminator(_block_kind),
 ]
 
@@ -85,8 +90,7 @@ class Usage(BaseModel):
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
-            cache_creation_input_tokens=self.cache_creation_input_tokens
-            + other.cache_creation_input_tokens,
+            cache_creation_input_tokens=self.cache_creation_input_tokens + other.cache_creation_input_tokens,
             cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
         )
 
@@ -119,7 +123,9 @@ class ToolSpec(BaseModel):
 def tool_specs_text(specs: list[ToolSpec]) -> tuple[str, str]:
     """The canonical text of a tool list and its SHA-256, the same in workflow and activity."""
     # exclude_none: fields added later do not change the text (and hash) of older lists.
-    text = json.dumps([s.model_dump(mode="json", exclude_none=True) for s in specs], sort_keys=True, ensure_ascii=False)
+    text = json.dumps(
+        [s.model_dump(mode="json", exclude_none=True) for s in specs], sort_keys=True, ensure_ascii=False
+    )
     return text, hashlib.sha256(text.encode()).hexdigest()
 
 

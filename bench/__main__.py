@@ -43,11 +43,17 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--only", help="comma-separated contenders (default: all available)")
     parser.add_argument("--scenarios", default=DEFAULT_SCENARIOS,
                         help="which scenarios to run (single, many, history, scale, economy)")  # fmt: skip
-    parser.add_argument("--scale", action="store_true", help="add the scale scenario (1,000 sessions, slow model)")
+    parser.add_argument(
+        "--scale", action="store_true", help="add the scale scenario (1,000 sessions, slow model)"
+    )
     parser.add_argument("--server", choices=("tuned", "default"), default="tuned",
                         help="the dev server's settings for the main run (default: tuned)")  # fmt: skip
-    parser.add_argument("--gomaxprocs", type=int, help="GOMAXPROCS for the dev server (default: the runtime's)")
-    parser.add_argument("--no-reference", action="store_true", help="skip the reference run on a default server")
+    parser.add_argument(
+        "--gomaxprocs", type=int, help="GOMAXPROCS for the dev server (default: the runtime's)"
+    )
+    parser.add_argument(
+        "--no-reference", action="store_true", help="skip the reference run on a default server"
+    )
     parser.add_argument("--render", type=Path, metavar="RESULTS_JSON",
                         help="write the page again from a kept run's results.json, running nothing")  # fmt: skip
     parser.add_argument("--reps", type=int, help="repetitions of the timed scenarios")
@@ -60,7 +66,9 @@ def available(only: str | None) -> tuple[list[str], str]:
     wanted = [k.strip() for k in only.split(",")] if only else CORE + OPTIONAL
     unknown = set(wanted) - set(CORE + OPTIONAL)
     if unknown:
-        raise SystemExit(f"unknown contenders: {', '.join(sorted(unknown))}; choose from {', '.join(CORE + OPTIONAL)}")
+        raise SystemExit(
+            f"unknown contenders: {', '.join(sorted(unknown))}; choose from {', '.join(CORE + OPTIONAL)}"
+        )
     skipped = ""
     if "pydantic-ai" in wanted and importlib.util.find_spec("pydantic_ai") is None:
         wanted.remove("pydantic-ai")
@@ -97,11 +105,15 @@ async def run(args: argparse.Namespace) -> Path:
     tuned = args.server == "tuned"
     try:
         log(f"work directory {work}")
-        fake_child = Child("devservers.fakemodel", ["-m", "bench.fakeserver"], env, work / "devservers.fakemodel.log")
+        fake_child = Child(
+            "devservers.fakemodel", ["-m", "bench.fakeserver"], env, work / "devservers.fakemodel.log"
+        )
         fake = FakeModel(await asyncio.to_thread(fake_child.wait_line))
         # The dev server's default in-memory store: no disk fsync per transaction, so the
         # figures are the orchestration's, not this machine's disk latency.
-        server = temporal_server.start(log_file=work / "temporal.log", tuned=tuned, gomaxprocs=args.gomaxprocs)
+        server = temporal_server.start(
+            log_file=work / "temporal.log", tuned=tuned, gomaxprocs=args.gomaxprocs
+        )
         log(f"dev server {server.address} (pid {server.pid}, {args.server} settings), "
             f"fake model {fake.url} (pid {fake_child.pid})")  # fmt: skip
         results.probe[args.server] = await probe.round_trips(server.address)
@@ -115,7 +127,9 @@ async def run(args: argparse.Namespace) -> Path:
             log(f"one session of {cfg.single_steps} steps, {cfg.single_reps} repetitions")
             await scenarios.single(contenders, fake, cfg, results, log)
         if "many" in which:
-            log(f"{cfg.many_sessions} sessions of {cfg.many_steps} steps at once, {cfg.many_reps} repetitions")
+            log(
+                f"{cfg.many_sessions} sessions of {cfg.many_steps} steps at once, {cfg.many_reps} repetitions"
+            )
             await scenarios.many(contenders, fake, cfg, results, log)
         if "history" in which:
             log(f"history: sessions of {cfg.history_steps} steps with {cfg.history_output} character outputs")
@@ -135,7 +149,9 @@ async def run(args: argparse.Namespace) -> Path:
             await economy.run(keys, server.address, server, fake, env, work, cfg, results, log)
         server.stop()
         if tuned and not args.no_reference and main_run:
-            server = temporal_server.start(log_file=work / "temporal-default.log", tuned=False, gomaxprocs=args.gomaxprocs)
+            server = temporal_server.start(
+                log_file=work / "temporal-default.log", tuned=False, gomaxprocs=args.gomaxprocs
+            )
             log(f"reference: dev server {server.address} (pid {server.pid}) with Temporal's default settings")
             results.probe["default"] = await probe.round_trips(server.address)
             log(f"  server round trips: {_round_trips(results.probe['default'])}")
@@ -151,8 +167,11 @@ async def run(args: argparse.Namespace) -> Path:
         if server is not None:
             server.stop()
     meta = {
-        "command": "python -m bench" + (" --quick" if args.quick else "") + (" --scale" if args.scale else "")
-        + (f" --many-reps {args.many_reps}" if args.many_reps else "") + (f" --only {args.only}" if args.only else "")
+        "command": "python -m bench"
+        + (" --quick" if args.quick else "")
+        + (" --scale" if args.scale else "")
+        + (f" --many-reps {args.many_reps}" if args.many_reps else "")
+        + (f" --only {args.only}" if args.only else "")
         + (f" --scenarios {args.scenarios}" if args.scenarios != DEFAULT_SCENARIOS else ""),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "duration_s": time.monotonic() - started,

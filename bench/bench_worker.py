@@ -29,7 +29,9 @@ async def build(contender: str, address: str, queue: str, fake_url: str, options
         from bench.floor import FloorWorkflow, floor_model, floor_tool
 
         client = await Client.connect(address)
-        return Worker(client, task_queue=queue, workflows=[FloorWorkflow], activities=[floor_model, floor_tool])
+        return Worker(
+            client, task_queue=queue, workflows=[FloorWorkflow], activities=[floor_model, floor_tool]
+        )
     if contender in ("project", "project-local"):
         import anthropic
 

@@ -19,7 +19,22 @@ TOOL_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 SMALL_OUTPUT = 64
-WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima", "mike", "november"]
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+]
 
 
 def lookup_text(query: str, size: int = SMALL_OUTPUT) -> str:
@@ -47,7 +62,9 @@ def script_turns(session: str, steps: int, size: int, delay: float = 0) -> list[
         }
         for i in range(1, steps + 1)
     ]
-    turns.append({"text": "Done: everything was looked up.", "usage": {"input_tokens": 100, "output_tokens": 10}})
+    turns.append(
+        {"text": "Done: everything was looked up.", "usage": {"input_tokens": 100, "output_tokens": 10}}
+    )
     if delay:
         for turn in turns:
             turn["delay"] = delay
@@ -59,15 +76,24 @@ def prose(words: int, seed: int) -> str:
     return " ".join(WORDS[(seed * 7 + i * 5) % len(WORDS)] for i in range(words))
 
 
-def paced_turns(session: str, calls: int, words: int, pace: float, size: int = SMALL_OUTPUT) -> list[dict[str, Any]]:
+def paced_turns(
+    session: str, calls: int, words: int, pace: float, size: int = SMALL_OUTPUT
+) -> list[dict[str, Any]]:
     """`calls` model turns at a model's pace: each writes `words` words, `pace` seconds a
     word (streamed or not, see devservers/fakemodel), and asks for one tool call, but the
     last, which answers. With `words=0` the same steps answer at once, without text."""
     turns: list[dict[str, Any]] = []
     for i in range(1, calls + 1):
         last = i == calls
-        text = ("Done: " if last else f"Step {i}: ") + prose(words - 2, i) if words else ("Done." if last else "")
-        turn: dict[str, Any] = {"text": text, "usage": {"input_tokens": 100, "output_tokens": max(10, words * 4 // 3)}}
+        text = (
+            ("Done: " if last else f"Step {i}: ") + prose(words - 2, i)
+            if words
+            else ("Done." if last else "")
+        )
+        turn: dict[str, Any] = {
+            "text": text,
+            "usage": {"input_tokens": 100, "output_tokens": max(10, words * 4 // 3)},
+        }
         if words:
             turn["pace"] = pace
         if not last:

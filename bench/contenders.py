@@ -88,7 +88,9 @@ class FakeModel:
 
     def script(self, sessions: list[tuple[str, int, int]], delay: float = 0) -> None:
         for session, steps, size in sessions:
-            self._call("POST", "/_script", {"session": session, "turns": script_turns(session, steps, size, delay)})
+            self._call(
+                "POST", "/_script", {"session": session, "turns": script_turns(session, steps, size, delay)}
+            )
 
     def starts(self) -> dict[str, list[float]]:
         found: dict[str, list[float]] = {}
@@ -141,8 +143,13 @@ class PlainContender(Contender):
         for session, _, _ in sessions:
             error = answer["errors"].get(session)
             outcomes.append(
-                Outcome(session, error is None, error, starts.get(session, []),
-                        transcript_bytes=answer["transcript_bytes"].get(session))
+                Outcome(
+                    session,
+                    error is None,
+                    error,
+                    starts.get(session, []),
+                    transcript_bytes=answer["transcript_bytes"].get(session),
+                )
             )
         return Batch(wall, outcomes, peak, worker_cpu, None, rss_before)
 
@@ -196,7 +203,9 @@ class TemporalContender(Contender):
             else:
                 error = self.check(result, steps)
             own = None if isinstance(result, BaseException) else self.own_starts(result)
-            outcome = Outcome(session, error is None, error, own if own is not None else starts.get(session, []))
+            outcome = Outcome(
+                session, error is None, error, own if own is not None else starts.get(session, [])
+            )
             if history:
                 await self._measure_history(session, outcome)
             outcomes.append(outcome)
@@ -280,7 +289,10 @@ class PydanticAIContender(TemporalContender):
         from bench.pai_workflow import PaiInput, PydanticAIBenchWorkflow
 
         return await self.client.start_workflow(
-            PydanticAIBenchWorkflow.run, PaiInput(goal=GOAL, session=session), id=session, task_queue=self.queue
+            PydanticAIBenchWorkflow.run,
+            PaiInput(goal=GOAL, session=session),
+            id=session,
+            task_queue=self.queue,
         )
 
     def check(self, result, steps):
@@ -296,7 +308,9 @@ async def make(key: str, address: str, fake_url: str, env: dict[str, str], logs:
                defaults: bool = False) -> Contender:  # fmt: skip
     """Start the contender's process and the client that drives it. `defaults` runs this
     project's worker with its own defaults (no `PROJECT_WORKER` flags)."""
-    contender = await _make(key, address, fake_url, env, logs / f"{log_name or key}.log", worker_args, defaults)
+    contender = await _make(
+        key, address, fake_url, env, logs / f"{log_name or key}.log", worker_args, defaults
+    )
     contender.server_pid = server_pid
     return contender
 
@@ -309,7 +323,9 @@ async def _make(key: str, address: str, fake_url: str, env: dict[str, str], log:
     else:
         if key.startswith("project") and "--sticky-timeout" not in worker_args and not defaults:
             worker_args = (*PROJECT_WORKER, *worker_args)
-        child = Child(key, ["-m", "bench.bench_worker", key, address, queue, fake_url, *worker_args], env, log)
+        child = Child(
+            key, ["-m", "bench.bench_worker", key, address, queue, fake_url, *worker_args], env, log
+        )
     ready = await asyncio.wait_for(asyncio.to_thread(child.wait_line), 120)
     if ready != "ready":
         child.stop()

@@ -82,7 +82,11 @@ async def run_sessions(
     for _ in range(args.sessions):
         session = f"load-{uuid.uuid4().hex[:10]}"
         fake.script.set(session, turns(args.steps, args.tool_seconds, args.model_seconds))
-        handles.append(await client.start_workflow(AgentWorkflow.run, SessionInput(goal="go"), id=session, task_queue=queue))
+        handles.append(
+            await client.start_workflow(
+                AgentWorkflow.run, SessionInput(goal="go"), id=session, task_queue=queue
+            )
+        )
     results = await asyncio.gather(*(h.result() for h in handles))
     wall = time.monotonic() - started
     cpu = [cpu_seconds(pid) - b for pid, b in zip(processes, before, strict=False)]
@@ -108,7 +112,16 @@ def measure(setting: str, args: argparse.Namespace, work: Path) -> Outcome:
     env = {**os.environ, "AGENT_DATA_DIR": str(work / setting), "PYTHONUNBUFFERED": "1"}
     worker = Child(
         f"worker-{setting}",
-        ["-m", "bench.failover_load", "worker", server.address, queue, fake_url, str(heartbeat_s), str(sticky_s)],
+        [
+            "-m",
+            "bench.failover_load",
+            "worker",
+            server.address,
+            queue,
+            fake_url,
+            str(heartbeat_s),
+            str(sticky_s),
+        ],
         env,
         work / f"{setting}-worker.log",
     )
@@ -118,7 +131,9 @@ def measure(setting: str, args: argparse.Namespace, work: Path) -> Outcome:
         wall, (server_cpu, worker_cpu), completed, timeouts = asyncio.run(
             run_sessions(server.address, queue, fake, args, [server.pid, worker.pid])
         )
-        return Outcome(setting, heartbeat_s, sticky_s, wall, server_cpu, worker_cpu, completed, timeouts, load)
+        return Outcome(
+            setting, heartbeat_s, sticky_s, wall, server_cpu, worker_cpu, completed, timeouts, load
+        )
     finally:
         worker.stop()
         server.stop()
@@ -164,7 +179,11 @@ async def worker_main(address: str, queue: str, fake_url: str, heartbeat_s: floa
         client=anthropic.AsyncAnthropic(base_url=fake_url, api_key="bench-key", max_retries=0),
     )
     worker = build_worker(
-        client, TOOLS, queue=queue, model=model, heartbeat_timeout=timedelta(seconds=heartbeat_s),
+        client,
+        TOOLS,
+        queue=queue,
+        model=model,
+        heartbeat_timeout=timedelta(seconds=heartbeat_s),
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_s),
     )
     stop = asyncio.Event()
@@ -179,13 +198,17 @@ def main() -> None:
         address, queue, fake_url, heartbeat_s, sticky_s = sys.argv[2:7]
         asyncio.run(worker_main(address, queue, fake_url, float(heartbeat_s), float(sticky_s)))
         return
-    parser = argparse.ArgumentParser(prog="python -m bench.failover_load", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.failover_load", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--tool-seconds", type=float, default=10.0)
     parser.add_argument("--model-seconds", type=float, default=2.0)
     parser.add_argument(
-        "--settings", default=DEFAULT_SETTINGS, help=f"comma-separated, of: {', '.join(SETTINGS)} (default: %(default)s)"
+        "--settings",
+        default=DEFAULT_SETTINGS,
+        help=f"comma-separated, of: {', '.join(SETTINGS)} (default: %(default)s)",
     )
     args = parser.parse_args()
     names = args.settings.split(",")

@@ -108,12 +108,18 @@ async def runs_of(client: Client, session: str) -> list[list[Any]]:
             return runs
 
 
-async def price(client: Client, fake: FakeModel, queue: str, metrics: str, args: argparse.Namespace) -> tuple[float, float, float]:
+async def price(
+    client: Client, fake: FakeModel, queue: str, metrics: str, args: argparse.Namespace
+) -> tuple[float, float, float]:
     """Actions, heartbeats and the sessions' own count, a step (one model call and its tool)."""
     total = beats = own = 0.0
     for _ in range(args.sessions):
         session = f"price-{uuid.uuid4().hex[:10]}"
-        fake._call("POST", "/_script", {"session": session, "turns": paced_turns(session, args.calls, args.words, args.pace)})
+        fake._call(
+            "POST",
+            "/_script",
+            {"session": session, "turns": paced_turns(session, args.calls, args.words, args.pace)},
+        )
         before = await asyncio.to_thread(scrape, metrics)
         handle = await start(client, queue, session)
         result = await asyncio.wait_for(handle.result(), args.calls * (args.words * args.pace + 30) + 60)
@@ -128,7 +134,9 @@ async def price(client: Client, fake: FakeModel, queue: str, metrics: str, args:
     return total / steps, beats / steps, own / steps
 
 
-async def detection(client: Client, fake: FakeModel, workers: Workers, queue: str, args: argparse.Namespace) -> tuple[float, float]:
+async def detection(
+    client: Client, fake: FakeModel, workers: Workers, queue: str, args: argparse.Namespace
+) -> tuple[float, float]:
     """Seconds from a kill -9 during a model call to the retry handed to the other worker,
     and to the retried call reaching the model server."""
     session = f"kill-{uuid.uuid4().hex[:10]}"
@@ -191,7 +199,9 @@ async def main_async(args: argparse.Namespace) -> None:
         server = temporal_server.start(log_file=work / "temporal.log")
         try:
             fake = FakeModel(await asyncio.to_thread(fake_child.wait_line))
-            found = [await measure(s, server.address, fake, metrics_url(server), args, work) for s in args.settings]
+            found = [
+                await measure(s, server.address, fake, metrics_url(server), args, work) for s in args.settings
+            ]
         finally:
             server.stop()
             fake_child.stop()
@@ -199,16 +209,26 @@ async def main_async(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.failover_price", description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--settings", default="none,10,3", type=lambda s: s.split(","),
-                        help="comma-separated: none (the default) or a --heartbeat-timeout in seconds")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.failover_price", description=(__doc__ or "").splitlines()[0]
+    )
+    parser.add_argument(
+        "--settings",
+        default="none,10,3",
+        type=lambda s: s.split(","),
+        help="comma-separated: none (the default) or a --heartbeat-timeout in seconds",
+    )
     parser.add_argument("--sessions", type=int, default=2)
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--words", type=int, default=120)
     parser.add_argument("--pace", type=float, default=0.05)
     parser.add_argument("--kill-call-seconds", type=float, default=60.0)
-    parser.add_argument("--model-timeout", type=float, default=120.0,
-                        help="the sessions' model call timeout, which bounds the default's detection (default 120)")
+    parser.add_argument(
+        "--model-timeout",
+        type=float,
+        default=120.0,
+        help="the sessions' model call timeout, which bounds the default's detection (default 120)",
+    )
     asyncio.run(main_async(parser.parse_args()))
 
 

@@ -73,6 +73,8 @@ class FloorWorkflow:
             use = reply.get("tool_use")
             if use:
                 await workflow.execute_activity(
-                    floor_tool, args=[use["input"]["query"], use["input"]["size"]], start_to_close_timeout=TIMEOUT
+                    floor_tool,
+                    args=[use["input"]["query"], use["input"]["size"]],
+                    start_to_close_timeout=TIMEOUT,
                 )
         return started

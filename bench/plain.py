@@ -43,7 +43,9 @@ async def run_session(client: anthropic.AsyncAnthropic, session: str) -> int:
                 output, error = TOOLS[use.name](**use.input), False
             except Exception as err:  # the model's to handle, as in the durable loops
                 output, error = f"{type(err).__name__}: {err}", True
-            results.append({"type": "tool_result", "tool_use_id": use.id, "content": output, "is_error": error})
+            results.append(
+                {"type": "tool_result", "tool_use_id": use.id, "content": output, "is_error": error}
+            )
         messages.append({"role": "user", "content": results})
 
 
@@ -59,8 +61,12 @@ async def main() -> None:
         sessions = [s[0] for s in command["sessions"]]
         outcomes = await asyncio.gather(*(run_session(client, s) for s in sessions), return_exceptions=True)
         result = {
-            "transcript_bytes": {s: o for s, o in zip(sessions, outcomes, strict=False) if isinstance(o, int)},
-            "errors": {s: repr(o) for s, o in zip(sessions, outcomes, strict=False) if not isinstance(o, int)},
+            "transcript_bytes": {
+                s: o for s, o in zip(sessions, outcomes, strict=False) if isinstance(o, int)
+            },
+            "errors": {
+                s: repr(o) for s, o in zip(sessions, outcomes, strict=False) if not isinstance(o, int)
+            },
         }
         print(json.dumps(result), flush=True)
 

@@ -83,11 +83,18 @@ async def round_trips(address: str, n: int = 100, slow_n: int = 5, burst: int = 
     client = await connect_when_ready(address)
     queue = f"probe-{uuid.uuid4().hex[:6]}"
     found: dict[str, float] = {}
-    async with Worker(client, task_queue=queue, workflows=[ProbeWorkflow], activities=[probe_noop, probe_flaky]):
-        await client.execute_workflow(ProbeWorkflow.run, args=["activity", 3], id=f"{queue}-warm", task_queue=queue)
+    async with Worker(
+        client, task_queue=queue, workflows=[ProbeWorkflow], activities=[probe_noop, probe_flaky]
+    ):
+        await client.execute_workflow(
+            ProbeWorkflow.run, args=["activity", 3], id=f"{queue}-warm", task_queue=queue
+        )
         for kind in KINDS:
             times = await client.execute_workflow(
-                ProbeWorkflow.run, args=[kind, n if kind == "activity" else slow_n], id=f"{queue}-{kind}", task_queue=queue
+                ProbeWorkflow.run,
+                args=[kind, n if kind == "activity" else slow_n],
+                id=f"{queue}-{kind}",
+                task_queue=queue,
             )
             trips = [b - a for a, b in itertools.pairwise(times)]
             found[kind] = statistics.median(trips[burst:] if kind == "activity" else trips) * 1000

@@ -110,7 +110,9 @@ def versions() -> list[str]:
     try:
         from devservers import temporal_server
 
-        out = subprocess.run([temporal_server.temporal_binary(), "--version"], capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            [temporal_server.temporal_binary(), "--version"], capture_output=True, text=True, timeout=20
+        )
         lines.append(f"- Temporal CLI / dev server: {out.stdout.strip()}")
     except Exception:
         pass
@@ -147,7 +149,9 @@ def plot(results: Results, path: Path) -> bool:
         right.plot(steps, per, style, marker="o", label=label)
         for n in steps:
             if found[n]["error"]:
-                left.annotate("failed", (n, found[n]["json"] / 1e6), textcoords="offset points", xytext=(4, 4))
+                left.annotate(
+                    "failed", (n, found[n]["json"] / 1e6), textcoords="offset points", xytext=(4, 4)
+                )
     left.set(xlabel="steps (5 KB tool output each)", ylabel="history, MB (JSON)", yscale="log",
              title="History size")  # fmt: skip
     right.set(xlabel="steps", ylabel="history per step, KB", title="History per step")
@@ -167,7 +171,11 @@ def _server_words(meta: dict[str, Any]) -> str:
     if meta.get("server", "tuned") == "default":
         words = "Temporal's default settings"
     else:
-        words = "the bundled server's tuned settings (" + ", ".join(f"`{k}={v}`" for k, v in temporal_server.TUNED.items()) + ")"
+        words = (
+            "the bundled server's tuned settings ("
+            + ", ".join(f"`{k}={v}`" for k, v in temporal_server.TUNED.items())
+            + ")"
+        )
     if meta.get("gomaxprocs"):
         words += f", `GOMAXPROCS={meta['gomaxprocs']}`"
     return words
@@ -187,7 +195,7 @@ def scale_section(results: Results, cfg: Config) -> list[str]:
         "cached session is the worker's peak resident set during the run, less what it held before, over the "
         f"sessions. Worker settings (bench/bench_worker.py flags): `{sc['worker_flags']}`. Of the gap, the "
         "workflow task's wait is from its scheduling to a worker picking it up, by the server's clock (from the "
-        "histories); \"moved\" counts the steps whose task timed out on the worker's sticky queue and moved to "
+        'histories); "moved" counts the steps whose task timed out on the worker\'s sticky queue and moved to '
         "the shared one."
     )
     L.append("")
@@ -386,7 +394,11 @@ def server_section(results: Results, cfg: Config, keys: list[str], meta: dict[st
         what = {"activity": "no-op activity and the next workflow task", "timer": "1 ms timer",
                 "retry": "activity failing once, retried after 1 ms"}  # fmt: skip
         for kind in ("activity", "timer", "retry"):
-            L.append(f"| {what[kind]} | " + " | ".join(_fmt(results.probe[n].get(kind, float('nan'))) for n in names) + " |")
+            L.append(
+                f"| {what[kind]} | "
+                + " | ".join(_fmt(results.probe[n].get(kind, float("nan"))) for n in names)
+                + " |"
+            )
         L.append("")
     ref = results.reference
     if ref:
@@ -482,7 +494,9 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
                     f"{_verdict(r, 0.5, True)} |")  # fmt: skip
         if results.single:
             r = goal_ratio(single_med, "project", "floor")
-            add(f"| per-step time ≤ 1.2 × the floor (project) | {_ratio_cell(r)} | {_verdict(r, 1.2, True)} |")
+            add(
+                f"| per-step time ≤ 1.2 × the floor (project) | {_ratio_cell(r)} | {_verdict(r, 1.2, True)} |"
+            )
             r = goal_ratio(single_med, "project-local", "floor")
             if r:
                 add(f"| (the same, project-local) | {_ratio_cell(r)} | {_verdict(r, 1.2, True)} |")
@@ -565,7 +579,9 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
             add(f"| {key} | {_cell(t.get('steps_per_s', {}).get(key, []))} | {_cell(t.get('median_ms', {}).get(key, []))} | "
                 f"{_cell(t.get('p99_ms', {}).get(key, []))} | {_cell(t.get('peak_rss_mb', {}).get(key, []), 0)} |")  # fmt: skip
         add("")
-        add("CPU per step, milliseconds (the worker process and the Temporal server during the run, over its steps):")
+        add(
+            "CPU per step, milliseconds (the worker process and the Temporal server during the run, over its steps):"
+        )
         add("")
         add("| contender | worker | server | worker + server |")
         add("|---|---|---|---|")
@@ -640,7 +656,9 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
     add("## Running it")
     add("")
     add("```bash")
-    add(".venv/bin/pip install -e '.[bench]'   # Pydantic AI, matplotlib (py-spy, pyinstrument for profiling)")
+    add(
+        ".venv/bin/pip install -e '.[bench]'   # Pydantic AI, matplotlib (py-spy, pyinstrument for profiling)"
+    )
     add(".venv/bin/python -m bench             # about 25 minutes on 2 cores; writes this page and the plot")
     add(".venv/bin/python -m bench --quick     # a small smoke run")
     add(".venv/bin/python -m bench --scenarios economy   # the economy scenario alone (about 13 minutes)")

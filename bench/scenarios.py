@@ -124,7 +124,9 @@ async def single(contenders: list[Contender], fake: FakeModel, cfg: Config, resu
         medians: dict[str, float] = {}
         for c in _rotated(contenders, rep):
             await asyncio.sleep(cfg.settle_s)
-            batch = await c.run([(new_session(f"one-{c.key}"), cfg.single_steps, SMALL_OUTPUT)], fake, cfg.timeout_s)
+            batch = await c.run(
+                [(new_session(f"one-{c.key}"), cfg.single_steps, SMALL_OUTPUT)], fake, cfg.timeout_s
+            )
             if _note_errors(results, c, batch, "single session"):
                 _put(results.single, "median_ms", c.key, None)
                 _put(results.single, "p99_ms", c.key, None)
@@ -152,7 +154,9 @@ async def many(contenders: list[Contender], fake: FakeModel, cfg: Config, result
         line = []
         for c in _rotated(contenders, rep):
             await asyncio.sleep(cfg.settle_s)
-            sessions = [(new_session(f"many-{c.key}"), cfg.many_steps, SMALL_OUTPUT) for _ in range(cfg.many_sessions)]
+            sessions = [
+                (new_session(f"many-{c.key}"), cfg.many_steps, SMALL_OUTPUT) for _ in range(cfg.many_sessions)
+            ]
             batch = await c.run(sessions, fake, cfg.timeout_s)
             failed = _note_errors(results, c, batch, "many sessions")
             steps = [s for o in batch.outcomes if o.ok for s in intervals(o.step_starts)]
@@ -193,7 +197,9 @@ async def reference(contenders: list[Contender], fake: FakeModel, cfg: Config, r
     medians: dict[str, float] = {}
     for c in contenders:
         await asyncio.sleep(cfg.settle_s)
-        batch = await c.run([(new_session(f"ref-{c.key}"), cfg.single_steps, SMALL_OUTPUT)], fake, cfg.timeout_s)
+        batch = await c.run(
+            [(new_session(f"ref-{c.key}"), cfg.single_steps, SMALL_OUTPUT)], fake, cfg.timeout_s
+        )
         if _note_errors(results, c, batch, "reference session"):
             continue
         steps = intervals(batch.outcomes[0].step_starts)
@@ -234,7 +240,9 @@ async def _task_waits(c: TemporalContender, session: str) -> list[tuple[float, b
         t = e.event_time.ToNanoseconds() / 1e9
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             after_tool = e.activity_task_completed_event_attributes.scheduled_event_id not in model
-        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED and after_tool and scheduled is None:
+        elif (
+            e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED and after_tool and scheduled is None
+        ):
             scheduled, moved = t, False
         elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT and scheduled is not None:
             moved = True
@@ -264,7 +272,11 @@ async def scale(c: Contender, fake: FakeModel, cfg: Config, results: Results, lo
                     queued.append(waits[step - 1][0] * 1000)
                     moved += waits[step - 1][1]
     done = (n - failed) * steps
-    grown = None if batch.peak_rss_mb is None or batch.rss_before_mb is None else batch.peak_rss_mb - batch.rss_before_mb
+    grown = (
+        None
+        if batch.peak_rss_mb is None or batch.rss_before_mb is None
+        else batch.peak_rss_mb - batch.rss_before_mb
+    )
     results.scale = {
         "sessions": n, "steps": steps, "delay_s": cfg.scale_delay_s, "completed": n - failed, "failed": failed,
         "wall_s": batch.wall_s, "steps_per_s": done / batch.wall_s,

@@ -59,7 +59,15 @@ class SeaweedServer:
 
 def _identities(access_key: str, secret_key: str) -> dict:
     actions = ["Admin", "Read", "Write", "List", "Tagging"]
-    return {"identities": [{"name": "agent", "credentials": [{"accessKey": access_key, "secretKey": secret_key}], "actions": actions}]}
+    return {
+        "identities": [
+            {
+                "name": "agent",
+                "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+                "actions": actions,
+            }
+        ]
+    }
 
 
 def _credentials(config: Path) -> tuple[str, str]:
@@ -91,7 +99,9 @@ def _args(folder: Path, s3_port: int, config: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def start(folder: Path, *, bucket: str = "agent-store", port: int | None = None, wait_seconds: float = 60) -> SeaweedServer:
+def start(
+    folder: Path, *, bucket: str = "agent-store", port: int | None = None, wait_seconds: float = 60
+) -> SeaweedServer:
     """Start `weed server -s3` with its data in `folder`, and create `bucket`."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "data").mkdir(exist_ok=True)

@@ -33,5 +33,5 @@ def json_object(text: str) -> dict[str, Any]:
     except json.JSONDecodeError as err:
         raise argparse.ArgumentTypeError(f"not JSON: {err.msg} at character {err.pos}") from None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object, like {\"to\": \"a@example.com\"}")
+        raise argparse.ArgumentTypeError('must be a JSON object, like {"to": "a@example.com"}')
     return value

@@ -90,10 +90,14 @@ def build_app(keyring: Keyring, *, origins: list[str], token: str | None) -> Sta
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m infra.codec_server", description=(__doc__ or "").partition("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.codec_server", description=(__doc__ or "").partition("\n")[0]
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8234)
-    parser.add_argument("--origin", action="append", help=f"an origin the UI is served from (default {' '.join(UI_ORIGINS)})")
+    parser.add_argument(
+        "--origin", action="append", help=f"an origin the UI is served from (default {' '.join(UI_ORIGINS)})"
+    )
     return parser.parse_args(argv)
 
 
@@ -106,7 +110,9 @@ def configured_app(args: argparse.Namespace) -> Starlette:
         raise ConfigError("AGENT_PAYLOAD_KEYS is not set: the codec endpoint has no key to decode with")
     token = os.environ.get(TOKEN_ENV) or None
     if token is None and not is_loopback(args.host):
-        raise ConfigError(f"the codec endpoint on {args.host} (not loopback) needs a bearer token in {TOKEN_ENV}")
+        raise ConfigError(
+            f"the codec endpoint on {args.host} (not loopback) needs a bearer token in {TOKEN_ENV}"
+        )
     return build_app(keyring, origins=args.origin or UI_ORIGINS, token=token)
 
 

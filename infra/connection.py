@@ -100,7 +100,9 @@ def data_converter(keyring: Keyring | None = None) -> DataConverter:
     """
     keyring = keyring or keyring_from_env()
     storage = ExternalStorage(drivers=[payload_driver()], payload_size_threshold=LARGE_PAYLOAD_BYTES)
-    base = dataclasses.replace(pydantic_data_converter, payload_converter_class=SharedPydanticPayloadConverter)
+    base = dataclasses.replace(
+        pydantic_data_converter, payload_converter_class=SharedPydanticPayloadConverter
+    )
     if keyring is None:
         return dataclasses.replace(base, external_storage=storage)
     return dataclasses.replace(

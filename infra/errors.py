@@ -1,18 +1,18 @@
 """The project's own failures, in one hierarchy. Entry points print them as one line.
 
-    AgentError
-    ├── Unreachable        Temporal cannot be reached
-    ├── SessionNotFound    no session with that id (or not the caller's)
-    ├── SessionExists      the id is taken
-    ├── SessionEnded       the session has ended; it takes no more decisions
-    ├── NoWorker           no worker answered in time
-    ├── Rejected           the session refused an action (its validator said why)
-    │   └── InvalidInput   ... because a payload broke a schema (an edited tool input)
-    ├── BadRequest         the caller's own mistake (arguments, files, payloads)
-    └── BadConfiguration   the process's settings cannot work (OTEL_* values, a metrics port in use)
+AgentError
+├── Unreachable        Temporal cannot be reached
+├── SessionNotFound    no session with that id (or not the caller's)
+├── SessionExists      the id is taken
+├── SessionEnded       the session has ended; it takes no more decisions
+├── NoWorker           no worker answered in time
+├── Rejected           the session refused an action (its validator said why)
+│   └── InvalidInput   ... because a payload broke a schema (an edited tool input)
+├── BadRequest         the caller's own mistake (arguments, files, payloads)
+└── BadConfiguration   the process's settings cannot work (OTEL_* values, a metrics port in use)
 
-    ConfigError            a malformed setting in the environment (a ValueError, raised where the
-                           setting is read; entry points print it as one line naming the setting)
+ConfigError            a malformed setting in the environment (a ValueError, raised where the
+                       setting is read; entry points print it as one line naming the setting)
 """
 
 from __future__ import annotations

@@ -56,7 +56,9 @@ class Keyring:
         try:
             return aead.decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], None)
         except InvalidTag:
-            raise UnknownKey(f"data under key id {key_id!r} does not decrypt with that key: a different key has that id") from None
+            raise UnknownKey(
+                f"data under key id {key_id!r} does not decrypt with that key: a different key has that id"
+            ) from None
 
 
 def parse_keys(text: str) -> Keyring:
@@ -71,7 +73,9 @@ def parse_keys(text: str) -> Keyring:
         except binascii.Error:
             raise ConfigError(f"{ENV}: the key of {key_id!r} is not base64") from None
         if len(key) != 32:
-            raise ConfigError(f"{ENV}: the key of {key_id!r} is {len(key)} bytes; a key is 32 bytes (256 bits)")
+            raise ConfigError(
+                f"{ENV}: the key of {key_id!r} is {len(key)} bytes; a key is 32 bytes (256 bits)"
+            )
         if any(key_id == seen for seen, _ in keys):
             raise ConfigError(f"{ENV}: key id {key_id!r} appears twice")
         keys.append((key_id, key))

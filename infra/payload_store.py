@@ -83,7 +83,9 @@ class _UnderPrefix(S3StorageDriverClient):
 
     def _check(self, bucket: str) -> None:
         if bucket != self._bucket:
-            raise ValueError(f"payload is in bucket {bucket!r}; this process's AGENT_STORE_URL names {self._bucket!r}")
+            raise ValueError(
+                f"payload is in bucket {bucket!r}; this process's AGENT_STORE_URL names {self._bucket!r}"
+            )
 
     async def put_object(self, *, bucket: str, key: str, data: bytes) -> None:
         self._check(bucket)

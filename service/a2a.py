@@ -164,14 +164,19 @@ def task_of(status: SessionStatus, turn: int, history: SessionHistory | None = N
         if turn > status.user_turns:  # closed before this message was taken
             answer = None
     elif status.status == "stopped":
-        state, text = TaskState.TASK_STATE_FAILED, f"stopped: {status.stop_reason}" + (f": {status.error}" if status.error else "")
+        state, text = (
+            TaskState.TASK_STATE_FAILED,
+            f"stopped: {status.stop_reason}" + (f": {status.error}" if status.error else ""),
+        )
     elif status.status == "failed":
         state, text = TaskState.TASK_STATE_FAILED, status.error or "failed"
     elif status.status == "cancelled":
         state, text = TaskState.TASK_STATE_CANCELED, status.error or "cancelled"
     elif status.status == "waiting_approval":
         state = TaskState.TASK_STATE_INPUT_REQUIRED
-        calls = ", ".join(f"{p.name}({render.shorten(p.input, 120)}) [{p.tool_use_id}]" for p in status.pending_approvals)
+        calls = ", ".join(
+            f"{p.name}({render.shorten(p.input, 120)}) [{p.tool_use_id}]" for p in status.pending_approvals
+        )
         text = (
             f"waiting for approval: {calls}. Reply with a data part "
             '{"approve": TOOL_USE_ID} (optionally "input": {...}) or {"deny": TOOL_USE_ID, "reason": "..."}'
@@ -286,10 +291,14 @@ class _Following:
         self.steps = status.steps  # deltas of later steps are this turn's new text
         self.streamed: tuple[int, int] | None = None
 
-    async def events(self, deadline: float | None) -> AsyncGenerator[TaskStatusUpdateEvent | TaskArtifactUpdateEvent]:
+    async def events(
+        self, deadline: float | None
+    ) -> AsyncGenerator[TaskStatusUpdateEvent | TaskArtifactUpdateEvent]:
         async with steering.Watch(self.sessions.feeds, self.ref.session_id) as watch:
             while self.task.status.state not in STOPS:
-                remaining = STATUS_EVERY if deadline is None else min(STATUS_EVERY, deadline - time.monotonic())
+                remaining = (
+                    STATUS_EVERY if deadline is None else min(STATUS_EVERY, deadline - time.monotonic())
+                )
                 if remaining <= 0:
                     return
                 batch = await watch.next_batch(remaining)
@@ -307,10 +316,14 @@ class _Following:
                                 task_id=self.ref.id, context_id=self.ref.session_id, artifact=task.artifacts[0],
                                 append=False, last_chunk=True,
                             )  # fmt: skip
-                        yield TaskStatusUpdateEvent(task_id=self.ref.id, context_id=self.ref.session_id, status=task.status)
+                        yield TaskStatusUpdateEvent(
+                            task_id=self.ref.id, context_id=self.ref.session_id, status=task.status
+                        )
 
     def _current(self) -> bool:
-        return self.ref.turn == self.status.user_turns and self.task.status.state == TaskState.TASK_STATE_WORKING
+        return (
+            self.ref.turn == self.status.user_turns and self.task.status.state == TaskState.TASK_STATE_WORKING
+        )
 
     def _chunk(self, delta: TextDelta) -> TaskArtifactUpdateEvent:
         """A delta as a chunk of the answer; a new step or a retried attempt starts it again."""
@@ -358,7 +371,10 @@ class SessionTasks(RequestHandler):
             if params.context_id:
                 status = await self._status(user, TaskRef(params.context_id, 1))
                 history = await control.history(sessions.client, params.context_id)
-                found = [task_of(status, n, history) for n in range(1, status.user_turns + status.queued_messages + 1)]
+                found = [
+                    task_of(status, n, history)
+                    for n in range(1, status.user_turns + status.queued_messages + 1)
+                ]
             else:
                 limit = params.page_size if params.HasField("page_size") and params.page_size > 0 else 50
                 for row in await sessions.owners.listing(user, None, min(limit, 100)):
@@ -389,7 +405,9 @@ class SessionTasks(RequestHandler):
         ref = TaskRef.parse(message.task_id) if message.task_id else None
         if ref is not None:
             if session_id is not None and session_id != ref.session_id:
-                raise InvalidParamsError(message=f"task {ref.id} belongs to context {ref.session_id}, not {session_id}")
+                raise InvalidParamsError(
+                    message=f"task {ref.id} belongs to context {ref.session_id}, not {session_id}"
+                )
             session_id = ref.session_id
         status: SessionStatus | None = None
         if session_id is not None:
@@ -400,25 +418,31 @@ class SessionTasks(RequestHandler):
                     raise TaskNotFoundError(message=f"no task {ref.id if ref else session_id!r}") from None
         if decisions:
             if status is None or session_id is None:
-                raise InvalidParamsError(message="a decision answers a task: give its taskId (or its contextId)")
+                raise InvalidParamsError(
+                    message="a decision answers a task: give its taskId (or its contextId)"
+                )
             for found in decisions:
                 await self._decide(sessions, user, session_id, found)
             ref = ref or TaskRef(session_id, status.user_turns)
         elif ref is not None:
             raise InvalidParamsError(
-                message=f"a reply to task {ref.id} is a decision: a data part {{\"approve\": TOOL_USE_ID}} or "
-                f"{{\"deny\": TOOL_USE_ID, \"reason\": ...}}; send the next message with contextId {ref.session_id} only"
+                message=f'a reply to task {ref.id} is a decision: a data part {{"approve": TOOL_USE_ID}} or '
+                f'{{"deny": TOOL_USE_ID, "reason": ...}}; send the next message with contextId {ref.session_id} only'
             )
         elif not text:
             raise InvalidParamsError(message="the message has no text")
         elif status is not None and session_id is not None:
-            position = await steering.act(sessions, user, session_id, AgentWorkflow.send_message, steering.message(text))
+            position = await steering.act(
+                sessions, user, session_id, AgentWorkflow.send_message, steering.message(text)
+            )
             ref = TaskRef(session_id, int(position))
         else:
             agent = _metadata(message.metadata).get("agent") or _metadata(params.metadata).get("agent")
             if agent is not None and not isinstance(agent, str):
                 raise InvalidParamsError(message="metadata.agent names an agent: a string")
-            started = await steering.start(sessions, user, goal=text, agent=agent, session_id=session_id, chat=True)
+            started = await steering.start(
+                sessions, user, goal=text, agent=agent, session_id=session_id, chat=True
+            )
             ref = TaskRef(started.session_id, 1)
         return ref, await control.status(sessions.client, ref.session_id)
 
@@ -426,7 +450,9 @@ class SessionTasks(RequestHandler):
         approve = "approve" in found
         tool_use_id = found.get("approve" if approve else "deny")
         if not isinstance(tool_use_id, str) or ("approve" in found and "deny" in found):
-            raise InvalidParamsError(message='a decision is {"approve": TOOL_USE_ID} or {"deny": TOOL_USE_ID}')
+            raise InvalidParamsError(
+                message='a decision is {"approve": TOOL_USE_ID} or {"deny": TOOL_USE_ID}'
+            )
         edited, reason = found.get("input"), found.get("reason")
         if approve and edited is not None and not isinstance(edited, dict):
             raise InvalidParamsError(message="the edited input must be a JSON object")
@@ -493,7 +519,9 @@ class SessionTasks(RequestHandler):
                 raise TaskNotCancelableError(message=f"task {ref.id} has ended")
             reason = _metadata(params.metadata).get("reason")
             request = steering.cancel_request(user, reason if isinstance(reason, str) else None)
-            await steering.act(self.sessions_of(), user, ref.session_id, AgentWorkflow.cancel_session, request)
+            await steering.act(
+                self.sessions_of(), user, ref.session_id, AgentWorkflow.cancel_session, request
+            )
             status = await control.status(self.sessions_of().client, ref.session_id)
             following = _Following(self.sessions_of(), ref, status)
             async for _ in following.events(time.monotonic() + CANCEL_SECONDS):
@@ -522,7 +550,9 @@ class SessionTasks(RequestHandler):
     ) -> None:
         raise PushNotificationNotSupportedError
 
-    async def on_get_extended_agent_card(self, params: GetExtendedAgentCardRequest, context: ServerCallContext) -> AgentCard:
+    async def on_get_extended_agent_card(
+        self, params: GetExtendedAgentCardRequest, context: ServerCallContext
+    ) -> AgentCard:
         raise ExtendedAgentCardNotConfiguredError
 
 
@@ -553,7 +583,7 @@ def agent_card(base_url: str) -> AgentCard:
         description=(
             "Durable agent sessions (each one a Temporal workflow). A message starts a chat session "
             "(contextId = its id; metadata.agent picks the agent) or is its next message; each message "
-            'is one task. A tool call waiting for approval makes the task input-required: reply with a '
+            "is one task. A tool call waiting for approval makes the task input-required: reply with a "
             'data part {"approve": TOOL_USE_ID} or {"deny": TOOL_USE_ID, "reason": "..."}.'
         ),
         version="1",
@@ -578,7 +608,9 @@ def agent_card(base_url: str) -> AgentCard:
 
 def install(app: FastAPI, users: Users, sessions_of: Callable[[], Sessions]) -> None:
     """The card (public) and the JSON-RPC endpoint (bearer token) on the API's app."""
-    dispatcher = JsonRpcDispatcher(SessionTasks(sessions_of), context_builder=CallContext(), enable_v0_3_compat=True)
+    dispatcher = JsonRpcDispatcher(
+        SessionTasks(sessions_of), context_builder=CallContext(), enable_v0_3_compat=True
+    )
 
     async def rpc(request: Request) -> Response:
         try:

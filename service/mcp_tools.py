@@ -84,7 +84,12 @@ message. get_session and list_sessions read; pause_session, resume_session, clos
 and cancel_session steer."""
 
 SessionId = Annotated[str, Field(min_length=1, max_length=200, description="the session's id")]
-ToolUseId = Annotated[str, Field(min_length=1, max_length=200, description="the id of the tool call (pending_approvals[].tool_use_id)")]
+ToolUseId = Annotated[
+    str,
+    Field(
+        min_length=1, max_length=200, description="the id of the tool call (pending_approvals[].tool_use_id)"
+    ),
+]
 Reason = Annotated[str | None, Field(max_length=2000, description="why; the model is told")]
 
 READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -143,7 +148,9 @@ def one_line_errors() -> Iterator[None]:
         raise ToolError(f"Temporal answered: {err.message}") from None
 
 
-def build(sessions_of: Callable[[], Sessions], caller_of: Callable[[ServerRequestContext[Any, Any] | None], User]) -> MCPServer:
+def build(
+    sessions_of: Callable[[], Sessions], caller_of: Callable[[ServerRequestContext[Any, Any] | None], User]
+) -> MCPServer:
     """The server: `sessions_of()` gives what the tools act through, `caller_of(request
     context)` the user a request acts as."""
 
@@ -161,18 +168,38 @@ def build(sessions_of: Callable[[], Sessions], caller_of: Callable[[ServerReques
 
     @server.tool(annotations=CHANGES, title="Start a session")
     async def start_session(
-        goal: Annotated[str, Field(min_length=1, max_length=200_000, description="what the session should do")],
-        agent: Annotated[str | None, Field(max_length=200, description="an agent from the definitions (list_agents); default: the file's default")] = None,
-        session_id: Annotated[str | None, Field(max_length=200, description="the id to give it; default: a new one")] = None,
-        model: Annotated[str | None, Field(max_length=200, description="the model, e.g. anthropic:claude-sonnet-4-5")] = None,
-        chat: Annotated[bool, Field(description="a chat session: after each answer it waits for send_message")] = False,
+        goal: Annotated[
+            str, Field(min_length=1, max_length=200_000, description="what the session should do")
+        ],
+        agent: Annotated[
+            str | None,
+            Field(
+                max_length=200,
+                description="an agent from the definitions (list_agents); default: the file's default",
+            ),
+        ] = None,
+        session_id: Annotated[
+            str | None, Field(max_length=200, description="the id to give it; default: a new one")
+        ] = None,
+        model: Annotated[
+            str | None, Field(max_length=200, description="the model, e.g. anthropic:claude-sonnet-4-5")
+        ] = None,
+        chat: Annotated[
+            bool, Field(description="a chat session: after each answer it waits for send_message")
+        ] = False,
         *,
         ctx: Context[Any, Any],
     ) -> Started:
         """Start an agent session on a goal; answers its id and status. Follow it with wait_for_session."""
         with one_line_errors():
             found = await steering.start(
-                sessions_of(), caller(ctx), goal=goal, agent=agent, session_id=session_id, model=model, chat=chat
+                sessions_of(),
+                caller(ctx),
+                goal=goal,
+                agent=agent,
+                session_id=session_id,
+                model=model,
+                chat=chat,
             )
         return Started(session_id=found.session_id, status=found.status)
 
@@ -184,7 +211,13 @@ def build(sessions_of: Callable[[], Sessions], caller_of: Callable[[ServerReques
 
     @server.tool(annotations=READS, title="List sessions")
     async def list_sessions(
-        status: Annotated[str | None, Field(max_length=40, description="only sessions with this status (running, waiting_approval, completed, ...)")] = None,
+        status: Annotated[
+            str | None,
+            Field(
+                max_length=40,
+                description="only sessions with this status (running, waiting_approval, completed, ...)",
+            ),
+        ] = None,
         limit: Annotated[int, Field(ge=1, le=200, description="at most this many, newest first")] = 50,
         *,
         ctx: Context[Any, Any],
@@ -202,7 +235,14 @@ def build(sessions_of: Callable[[], Sessions], caller_of: Callable[[ServerReques
     @server.tool(annotations=CHANGES, title="Wait for a session")
     async def wait_for_session(
         session_id: SessionId,
-        timeout_seconds: Annotated[float, Field(gt=0, le=MAX_WAIT, description=f"wait at most this long (default {DEFAULT_WAIT:g}, at most {MAX_WAIT:g})")] = DEFAULT_WAIT,
+        timeout_seconds: Annotated[
+            float,
+            Field(
+                gt=0,
+                le=MAX_WAIT,
+                description=f"wait at most this long (default {DEFAULT_WAIT:g}, at most {MAX_WAIT:g})",
+            ),
+        ] = DEFAULT_WAIT,
         *,
         ctx: Context[Any, Any],
     ) -> WaitResult | InputRequiredResult:
@@ -218,25 +258,38 @@ def build(sessions_of: Callable[[], Sessions], caller_of: Callable[[ServerReques
     async def approve_tool_call(
         session_id: SessionId,
         tool_use_id: ToolUseId,
-        input: Annotated[dict[str, Any] | None, Field(description="run the tool with this input instead of the model's (checked against the tool's schema)")] = None,
+        input: Annotated[
+            dict[str, Any] | None,
+            Field(
+                description="run the tool with this input instead of the model's (checked against the tool's schema)"
+            ),
+        ] = None,
         *,
         ctx: Context[Any, Any],
     ) -> SessionStatus:
         """Approve a tool call that waits for approval, optionally with an edited input; answers the status."""
         with one_line_errors():
             user, sessions = caller(ctx), sessions_of()
-            await steering.decide(sessions, user, session_id, steering.decision(user, tool_use_id, input=input), approve=True)
+            await steering.decide(
+                sessions, user, session_id, steering.decision(user, tool_use_id, input=input), approve=True
+            )
             return await control.status(sessions.client, session_id)
 
     @server.tool(annotations=CHANGES, title="Deny a tool call")
-    async def deny_tool_call(session_id: SessionId, tool_use_id: ToolUseId, reason: Reason = None, *, ctx: Context[Any, Any]) -> SessionStatus:
+    async def deny_tool_call(
+        session_id: SessionId, tool_use_id: ToolUseId, reason: Reason = None, *, ctx: Context[Any, Any]
+    ) -> SessionStatus:
         """Deny a tool call that waits for approval; the model is told the reason. Answers the status."""
         with one_line_errors():
             user, sessions = caller(ctx), sessions_of()
-            await steering.decide(sessions, user, session_id, steering.decision(user, tool_use_id, reason=reason), approve=False)
+            await steering.decide(
+                sessions, user, session_id, steering.decision(user, tool_use_id, reason=reason), approve=False
+            )
             return await control.status(sessions.client, session_id)
 
-    async def steer(ctx: Context[Any, Any], session_id: str, update: Callable[..., Any], *args: Any) -> SessionStatus:
+    async def steer(
+        ctx: Context[Any, Any], session_id: str, update: Callable[..., Any], *args: Any
+    ) -> SessionStatus:
         with one_line_errors():
             sessions = sessions_of()
             await steering.act(sessions, caller(ctx), session_id, update, *args)
@@ -272,7 +325,9 @@ def build(sessions_of: Callable[[], Sessions], caller_of: Callable[[ServerReques
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False),
         title="Cancel a session",
     )
-    async def cancel_session(session_id: SessionId, reason: Reason = None, *, ctx: Context[Any, Any]) -> SessionStatus:
+    async def cancel_session(
+        session_id: SessionId, reason: Reason = None, *, ctx: Context[Any, Any]
+    ) -> SessionStatus:
         """Cancel the session and the work in flight; it ends `cancelled`."""
         with one_line_errors():
             request = steering.cancel_request(caller(ctx), reason)
@@ -343,7 +398,9 @@ async def _wait(
                     return InputRequiredResult(
                         input_requests={
                             p.tool_use_id: ElicitRequest(
-                                params=ElicitRequestFormParams(message=_ask(status, p), requested_schema=_schema(p))
+                                params=ElicitRequestFormParams(
+                                    message=_ask(status, p), requested_schema=_schema(p)
+                                )
                             )
                             for p in fresh
                         },
@@ -388,7 +445,11 @@ def _can_ask(ctx: Context[Any, Any]) -> bool:
 
 def _ask(status: SessionStatus, pending: PendingApproval) -> str:
     owner = pending.session_id or status.session_id
-    where = f"session {owner}" if owner == status.session_id else f"sub-agent {owner} of session {status.session_id}"
+    where = (
+        f"session {owner}"
+        if owner == status.session_id
+        else f"sub-agent {owner} of session {status.session_id}"
+    )
     return (
         f"{where} wants to run {pending.name} with {render.shorten(pending.input, 400)}. "
         "Approve it (optionally with an edited input) or deny it."
@@ -419,12 +480,16 @@ async def _record_answers(
             continue  # decided meanwhile, or not an answer to a form
         call = pending[tool_use_id]
         if answer.action != "accept":
-            outcome: ElicitationResult[Any] = DeclinedElicitation() if answer.action == "decline" else CancelledElicitation()
+            outcome: ElicitationResult[Any] = (
+                DeclinedElicitation() if answer.action == "decline" else CancelledElicitation()
+            )
         else:
             try:
                 outcome = AcceptedElicitation(data=_form(call).model_validate(answer.content or {}))
             except ValidationError as err:
-                raise ToolError(f"the answer for {call.name} breaks the form: {steering.one_line(err)}") from None
+                raise ToolError(
+                    f"the answer for {call.name} breaks the form: {steering.one_line(err)}"
+                ) from None
         await _record(sessions, user, session_id, call, outcome)
 
 
@@ -436,7 +501,10 @@ async def _record(
     if answer.action == "cancel":
         return
     if answer.action == "decline":
-        decision, approve = steering.decision(user, call.tool_use_id, reason=f"declined by {user.name}"), False
+        decision, approve = (
+            steering.decision(user, call.tool_use_id, reason=f"declined by {user.name}"),
+            False,
+        )
     else:
         data = answer.data
         approve = data.decision == "approve"
@@ -507,9 +575,13 @@ class _Progress:
         parts = [f"step {step}", status.status.replace("_", " ")]
         if self.text.strip():
             text = " ".join(self.text.split())
-            parts.append("text so far: " + (text if len(text) <= TEXT_IN_PROGRESS else "…" + text[-TEXT_IN_PROGRESS:]))
+            parts.append(
+                "text so far: " + (text if len(text) <= TEXT_IN_PROGRESS else "…" + text[-TEXT_IN_PROGRESS:])
+            )
         if self.calls:
-            parts.append("tool calls: " + ", ".join(f"{name} ({state})" for name, state in self.calls.values()))
+            parts.append(
+                "tool calls: " + ", ".join(f"{name} ({state})" for name, state in self.calls.values())
+            )
         message = " · ".join(parts)
         if message != self.last:
             self.last = message

@@ -69,9 +69,7 @@ class Owners:
 
     async def _status_of(self, row: dict[str, Any]) -> dict[str, Any]:
         try:
-            found = await asyncio.wait_for(
-                control.status(self.client, row["session_id"]), LIST_QUERY_TIMEOUT
-            )
+            found = await asyncio.wait_for(control.status(self.client, row["session_id"]), LIST_QUERY_TIMEOUT)
         except (AgentError, RPCError, TimeoutError) as err:
             return _from_row(row, str(err) or "no worker answered in time")
         self.remember(found.session_id, found.user_id)

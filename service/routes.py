@@ -111,7 +111,9 @@ async def _steer(
     return await control.status(owned.client, session_id)
 
 
-async def _decide(owned: Owners, user: User, session_id: str, update: Callable[..., Any], decision: Decision) -> SessionStatus:
+async def _decide(
+    owned: Owners, user: User, session_id: str, update: Callable[..., Any], decision: Decision
+) -> SessionStatus:
     """A decision on a call of this session or of one of its sub-agents (shown in its status)."""
     await owned.check(user, session_id)
     owner = await control.owner_of_call(owned.client, session_id, decision.tool_use_id)

@@ -16,7 +16,9 @@ class Body(BaseModel):
 
 class StartSession(Body):
     goal: str = Field(min_length=1, max_length=200_000)
-    agent: str | None = Field(default=None, max_length=200, description="an agent from the definitions (agents.toml)")
+    agent: str | None = Field(
+        default=None, max_length=200, description="an agent from the definitions (agents.toml)"
+    )
     session_id: str | None = Field(default=None, pattern=SESSION_ID)
     system: str | None = Field(default=None, max_length=200_000)
     model: str | None = Field(default=None, min_length=1, max_length=200)

@@ -97,7 +97,9 @@ async def decide(sessions: Sessions, user: User, session_id: str, decision: Deci
     await control.act(sessions.client, owner, update, decision)
 
 
-def decision(user: User, tool_use_id: str, *, input: dict[str, Any] | None = None, reason: str | None = None) -> Decision:
+def decision(
+    user: User, tool_use_id: str, *, input: dict[str, Any] | None = None, reason: str | None = None
+) -> Decision:
     try:
         return Decision(tool_use_id=tool_use_id, input=input, reason=reason, decided_by=user.name)
     except ValidationError as err:

@@ -102,7 +102,7 @@ def read_goal(args: argparse.Namespace) -> str:
         except OSError as err:
             raise UserError(f"cannot read the goal file {args.goal_file}: {err.strerror}") from None
     if not args.goal:
-        raise UserError("a goal is needed: python client.py start \"what to do\"")
+        raise UserError('a goal is needed: python client.py start "what to do"')
     return args.goal
 
 
@@ -170,7 +170,9 @@ async def fork(client: Client, args: argparse.Namespace) -> int:
         started = started.model_copy(update={"model": args.model, "price": price_for(args.model)})
     session_input = forked_input(started, args.session, state, args.at_step, args.message)
     session_id = args.new_session or f"{args.session}.fork-{uuid.uuid4().hex[:6]}"
-    details = render.session_details(session_input) + f"\n**forked from** {args.session} after step {args.at_step}"
+    details = (
+        render.session_details(session_input) + f"\n**forked from** {args.session} after step {args.at_step}"
+    )
     try:
         handle = await control.start(
             client, session_input, session_id, task_queue=task_queue(),

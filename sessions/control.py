@@ -73,7 +73,13 @@ def handle(client: Client, session_id: str) -> WorkflowHandle:
 
 
 async def start(
-    client: Client, session_input: SessionInput, session_id: str, *, task_queue: str, summary: str, details: str
+    client: Client,
+    session_input: SessionInput,
+    session_id: str,
+    *,
+    task_queue: str,
+    summary: str,
+    details: str,
 ) -> WorkflowHandle:
     """Start a session; `SessionExists` when the id is taken (ids are never reused)."""
     try:
@@ -164,7 +170,9 @@ async def query(h: WorkflowHandle, method: Callable[..., Any], *, timeout: timed
         return await h.query(method, rpc_timeout=timeout)
     except RPCError as err:
         if err.status == RPCStatusCode.DEADLINE_EXCEEDED:
-            raise NoWorker(f"no worker answered for session {h.id}; start one with: python worker.py") from None
+            raise NoWorker(
+                f"no worker answered for session {h.id}; start one with: python worker.py"
+            ) from None
         raise _not_found(err, h.id) from None
     except WorkflowQueryFailedError as err:
         raise Rejected(f"session {h.id} could not answer: {err}") from None
@@ -288,7 +296,8 @@ async def _row(client: Client, execution: Any) -> dict[str, Any]:
     attrs = execution.typed_search_attributes
     row = {
         "session_id": execution.id,
-        "status": attrs.get(search.AGENT_STATUS) or (execution.status.name.lower() if execution.status else None),
+        "status": attrs.get(search.AGENT_STATUS)
+        or (execution.status.name.lower() if execution.status else None),
         "steps": attrs.get(search.AGENT_STEPS),
         "tokens": attrs.get(search.AGENT_TOKENS),
         "pending_approvals": attrs.get(search.AGENT_PENDING_APPROVALS),

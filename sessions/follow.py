@@ -116,7 +116,9 @@ class _Capture(Interceptor):
     def __init__(self) -> None:
         self.runs: dict[str, tuple[Any, asyncio.AbstractEventLoop]] = {}
 
-    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
         runs = self.runs
 
         class _Keep(WorkflowInboundInterceptor):
@@ -257,7 +259,9 @@ async def _from_history(
                     if offset >= start[0]:
                         start[0] = offset + 1
                         if topic in topics:
-                            yield WorkflowStreamItem(topic=topic, data=converter.from_payload(payload), offset=offset)
+                            yield WorkflowStreamItem(
+                                topic=topic, data=converter.from_payload(payload), offset=offset
+                            )
             if next_run is not None:
                 break
         if not next_run:

@@ -41,7 +41,13 @@ def forked_state(session_id: str, state: SessionState, step: int, message: str |
     if not 1 <= step <= len(state.trace):
         raise BadRequest(f"session {session_id} has steps 1 to {len(state.trace)}; there is no step {step}")
     messages = _messages_through(state.messages, step)
-    kept_results = {b.tool_use_id for m in messages if m.role == "user" for b in m.content if isinstance(b, ToolResultBlock)}
+    kept_results = {
+        b.tool_use_id
+        for m in messages
+        if m.role == "user"
+        for b in m.content
+        if isinstance(b, ToolResultBlock)
+    }
     calls = {c.tool_use_id: _reset(c, kept_results) for c in state.calls.values() if c.step <= step}
     if any(c.step == step and c.status == "pending" for c in calls.values()):
         # Some of step N's calls run again: the loop gathers their results with the kept

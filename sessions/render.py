@@ -13,7 +13,13 @@ from rich.table import Table
 from workflows.contract import SessionHistory, SessionInput, SessionStatus, StuckTask
 
 console = Console(highlight=False, soft_wrap=True)
-STYLE = {"completed": "green", "stopped": "yellow", "failed": "red", "cancelled": "magenta", "stuck": "bold red"}
+STYLE = {
+    "completed": "green",
+    "stopped": "yellow",
+    "failed": "red",
+    "cancelled": "magenta",
+    "stuck": "bold red",
+}
 CALL_MARK = {"done": "[green]✓[/]", "denied": "[yellow]⊘[/]", "unknown": "[yellow]?[/]"}
 
 
@@ -31,8 +37,7 @@ def session_details(session: SessionInput) -> str:
         f"**model** {session.model} (prompt {session.prompt_version})",
         f"**user** {session.user_id}",
         f"**limits** {limits.max_steps} steps, {limits.token_budget} tokens, "
-        f"{limits.timeout_seconds:g}s"
-        + (f", ${limits.cost_budget_usd:g}" if limits.cost_budget_usd else ""),
+        f"{limits.timeout_seconds:g}s" + (f", ${limits.cost_budget_usd:g}" if limits.cost_budget_usd else ""),
         f"**tools** {', '.join(session.tools) if session.tools is not None else 'all of the worker'}",
     ]
     return "\n".join(lines)
@@ -66,7 +71,8 @@ def print_history(found: SessionHistory) -> None:
     for turn in found.trace:
         console.print(
             f"\n[bold]step {turn.step}[/] {turn.model} · {turn.stop_reason} · {turn.latency_ms} ms · "
-            f"{turn.usage.total()} tokens" + (f" · ${turn.cost_usd:.4f}" if turn.cost_usd is not None else "")
+            f"{turn.usage.total()} tokens"
+            + (f" · ${turn.cost_usd:.4f}" if turn.cost_usd is not None else "")
             + f" · {turn.temporal_actions} actions"
         )
         if turn.text:
@@ -78,14 +84,19 @@ def print_history(found: SessionHistory) -> None:
                 took = f" ({call.duration_ms} ms)" if call.duration_ms is not None else ""
                 console.print(f"  → {call.name} {escape(shorten(call.input, 100))}")
                 if call.approved_input is not None:
-                    console.print(f"    [yellow]edited before approval:[/] {escape(shorten(call.approved_input, 100))}")
+                    console.print(
+                        f"    [yellow]edited before approval:[/] {escape(shorten(call.approved_input, 100))}"
+                    )
                 if call.decided_by:
                     verb = "approved" if call.approved else "decided"
                     console.print(f"    [dim]{verb} by {escape(call.decided_by)}[/]")
                 console.print(f"    {mark} {call.status}{took}: {escape(shorten(call.output or '', 160))}")
     final = found.status
-    console.print(f"\n[{STYLE.get(final.status, 'cyan')}]{final.status}[/]" + (f" ({final.stop_reason})" if final.stop_reason else "")
-                  + f" · {found.temporal_actions} Temporal actions")
+    console.print(
+        f"\n[{STYLE.get(final.status, 'cyan')}]{final.status}[/]"
+        + (f" ({final.stop_reason})" if final.stop_reason else "")
+        + f" · {found.temporal_actions} Temporal actions"
+    )
     if final.error:
         console.print(f"[red]error:[/] {escape(final.error)}")
 
@@ -134,7 +145,7 @@ def _totals(usage: dict[str, Any], cost: float | None) -> str:
 def print_approval_hint(session_id: str, tool_use_id: str, name: str, arguments: Any) -> None:
     console.print(f"[yellow]⏸ waiting for approval:[/] {name} {escape(shorten(arguments, 200))}")
     console.print(f"   approve: python client.py approve {session_id} {tool_use_id}")
-    console.print(f"   deny:    python client.py deny {session_id} {tool_use_id} --reason \"...\"")
+    console.print(f'   deny:    python client.py deny {session_id} {tool_use_id} --reason "..."')
 
 
 def print_agents(rows: list[dict[str, Any]], as_json: bool) -> None:
@@ -165,6 +176,8 @@ def print_schedules(rows: list[dict[str, Any]], as_json: bool) -> None:
         console.print("no schedules")
     for row in rows:
         state = " [yellow](paused)[/]" if row["paused"] else ""
-        console.print(f"[bold]{escape(row['name'])}[/]{state} · {escape(row['spec'])} · next {row['next_run'] or '-'}")
+        console.print(
+            f"[bold]{escape(row['name'])}[/]{state} · {escape(row['spec'])} · next {row['next_run'] or '-'}"
+        )
         for session in row["recent_sessions"][-3:]:
             console.print(f"  {escape(session)}")

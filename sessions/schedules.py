@@ -122,6 +122,6 @@ async def act(client: Client, name: str, action: str) -> str:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise ScheduleNotFound(name) from None
         raise
-    return {"pause": "paused", "unpause": "unpaused", "delete": "deleted", "trigger": "triggered"}[action] + f" {name}"
-
-
+    return {"pause": "paused", "unpause": "unpaused", "delete": "deleted", "trigger": "triggered"}[
+        action
+    ] + f" {name}"

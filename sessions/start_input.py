@@ -85,7 +85,9 @@ def chosen_agent(definitions: Definitions, name: str | None) -> str | None:
 
 def agent_limits(definition: AgentDefinition, overrides: dict[str, Any]) -> dict[str, Any]:
     """The agent's limits as `Limits` fields, with the caller's overrides on top."""
-    limits = {LIMIT_FIELDS[k]: getattr(definition, k) for k in LIMIT_FIELDS if getattr(definition, k) is not None}
+    limits = {
+        LIMIT_FIELDS[k]: getattr(definition, k) for k in LIMIT_FIELDS if getattr(definition, k) is not None
+    }
     return {**limits, **overrides}
 
 
@@ -117,9 +119,15 @@ def session_input(
     """The start input: the agent's settings, then the caller's (`fields` with None left out)."""
     given = {k: v for k, v in fields.items() if v is not None}
     if agent is None:
-        return SessionInput(goal=goal, limits=Limits(**limits), price=price_for(given.get("model", DEFAULT_MODEL)), **given)
+        return SessionInput(
+            goal=goal, limits=Limits(**limits), price=price_for(given.get("model", DEFAULT_MODEL)), **given
+        )
     definition = definitions.agent(agent)
-    settings: dict[str, Any] = {"model": definition.model, "system": definition.system, "tools": definition.tools}
+    settings: dict[str, Any] = {
+        "model": definition.model,
+        "system": definition.system,
+        "tools": definition.tools,
+    }
     settings = {k: v for k, v in settings.items() if v is not None} | given
     model = settings.get("model", DEFAULT_MODEL)
     return SessionInput(

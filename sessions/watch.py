@@ -158,7 +158,7 @@ class Watcher:
             console.print(f"    [yellow]with an edited input:[/] {escape(shorten(event.input, 160))}")
 
     def _on_answered(self, event: ev.Answered) -> None:
-        console.print(f"[dim]● waiting for the next message: python client.py send {self.handle.id} \"...\"[/]")
+        console.print(f'[dim]● waiting for the next message: python client.py send {self.handle.id} "..."[/]')
 
     def _on_user_message(self, event: ev.UserMessageTaken) -> None:
         console.print(f"[bold]you ({event.turn})[/] {escape(shorten(event.text, 400))}")
@@ -183,7 +183,9 @@ class Watcher:
         answer = await asyncio.to_thread(input, f"   approve {event.name}? [y/n] ")
         yes = answer.strip().lower().startswith("y")
         decision = Decision(
-            tool_use_id=event.tool_use_id, reason=None if yes else "denied at the prompt", decided_by=control.cli_user()
+            tool_use_id=event.tool_use_id,
+            reason=None if yes else "denied at the prompt",
+            decided_by=control.cli_user(),
         )
         update = AgentWorkflow.approve_call if yes else AgentWorkflow.deny_call
         try:
@@ -224,7 +226,9 @@ async def print_header(handle: WorkflowHandle) -> None:
     console.print(f"[bold]watching {handle.id}[/]" + (f": {escape(summary)}" if summary else ""))
 
 
-async def watch(client: Client, handle: WorkflowHandle, link: str, as_json: bool = False, prompt: bool = True) -> int:
+async def watch(
+    client: Client, handle: WorkflowHandle, link: str, as_json: bool = False, prompt: bool = True
+) -> int:
     """Follow the session's events from the beginning until it ends; exit 0 if it completed.
 
     While the session is stuck its stream cannot be read (every read is an update, which
@@ -258,7 +262,9 @@ class _Interrupted(Exception):
         self.offset = offset
 
 
-async def _follow(client: Client, handle: WorkflowHandle, watcher: Watcher, as_json: bool, offset: int) -> str:
+async def _follow(
+    client: Client, handle: WorkflowHandle, watcher: Watcher, as_json: bool, offset: int
+) -> str:
     """Print events from `offset` until the end event; the session's final status."""
     try:
         async for item in session_events(client, handle.id, offset, say=_say):

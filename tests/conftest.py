@@ -113,7 +113,9 @@ async def procs(
     client: Client, dev_server, fake_model: FakeModelServer, data_dir: Path, tmp_path: Path
 ) -> AsyncIterator[ProcessHarness]:
     """Real `python worker.py` processes on the test server, ended by PID after the test."""
-    workers = Workers(address=dev_server.address, model_url=fake_model.url, data_dir=data_dir, log_dir=tmp_path)
+    workers = Workers(
+        address=dev_server.address, model_url=fake_model.url, data_dir=data_dir, log_dir=tmp_path
+    )
     harness = ProcessHarness(client, fake_model, workers)
     try:
         yield harness
@@ -122,7 +124,9 @@ async def procs(
         print(workers.logs())  # shown by pytest when the test failed
 
 
-def tool_use(name: str, input: dict[str, Any] | None = None, id: str | None = None, text: str = "") -> dict[str, Any]:
+def tool_use(
+    name: str, input: dict[str, Any] | None = None, id: str | None = None, text: str = ""
+) -> dict[str, Any]:
     """A scripted model turn that asks for one tool."""
     return {"text": text, "tool_calls": [{"name": name, "input": input or {}, "id": id}]}
 

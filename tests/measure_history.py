@@ -32,7 +32,10 @@ OUTPUT_CHARS = 5000
 
 async def measure(client, fake: FakeModelServer, queue: str, steps: int, can_every: int) -> dict:
     session = f"history-{steps}-{uuid.uuid4().hex[:6]}"
-    turns = [{"tool_calls": [{"name": "big_output", "input": {"chars": OUTPUT_CHARS}, "id": f"b{i}"}]} for i in range(steps)]
+    turns = [
+        {"tool_calls": [{"name": "big_output", "input": {"chars": OUTPUT_CHARS}, "id": f"b{i}"}]}
+        for i in range(steps)
+    ]
     fake.script.set(session, [*turns, {"text": "done"}])
     limits = Limits(max_steps=steps + 1, token_budget=10**12, continue_as_new_after_steps=can_every)
     started = time.monotonic()
@@ -51,7 +54,10 @@ async def measure(client, fake: FakeModelServer, queue: str, steps: int, can_eve
         stored += sum(e.ByteSize() for e in found.events)
         runs += 1
     # What re-sending the whole transcript with every model call would have recorded.
-    resend = sum(len(json.dumps([m.model_dump(mode="json") for m in history.messages[: 2 * i + 1]])) for i in range(steps + 1))
+    resend = sum(
+        len(json.dumps([m.model_dump(mode="json") for m in history.messages[: 2 * i + 1]]))
+        for i in range(steps + 1)
+    )
     return {"steps": steps, "can_every": can_every, "runs": runs, "history": total, "stored": stored,
             "transcript": transcript,
             "resend": resend, "seconds": seconds}  # fmt: skip
@@ -120,7 +126,9 @@ def write_page(rows: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m tests.measure_history", description=(__doc__ or "").partition("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.measure_history", description=(__doc__ or "").partition("\n")[0]
+    )
     parser.add_argument("--steps", default="50,100,200,400", help="comma-separated session lengths")
     args = parser.parse_args()
     asyncio.run(main([int(s) for s in args.steps.split(",")]))

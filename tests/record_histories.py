@@ -102,7 +102,9 @@ async def approve_edited(handle) -> None:
 
     await wait_for(handle, "waiting_approval")
     edited = {**EMAIL, "to": "boss@example.com"}
-    await handle.execute_update("approve_call", Decision(tool_use_id="e1", input=edited, decided_by="alice"), result_type=str)
+    await handle.execute_update(
+        "approve_call", Decision(tool_use_id="e1", input=edited, decided_by="alice"), result_type=str
+    )
 
 
 async def approve_in_child(handle) -> None:
@@ -120,7 +122,10 @@ def subagent_fields() -> dict:
     helper = AgentSpec(name="helper", approval={"send_email": "always"})
     sub = SubAgent(name="helper", description="sends emails", model="claude-haiku-4-5", system="Be brief.",
                    limits=Limits(max_steps=5), tools=["send_email"], agent=helper)  # fmt: skip
-    return {"agent": AgentSpec(name="lead", approval={"save_note": "never"}, subagents=[sub]), "tools": ["save_note"]}
+    return {
+        "agent": AgentSpec(name="lead", approval={"save_note": "never"}, subagents=[sub]),
+        "tools": ["save_note"],
+    }
 
 
 async def chat(handle) -> None:
@@ -134,10 +139,12 @@ async def chat(handle) -> None:
 SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
     "tool_calls": (
         [
-            {"tool_calls": [
-                {"name": "get_time", "input": {}, "id": "t1"},
-                {"name": "save_note", "input": {"title": "n", "text": "x"}, "id": "n1"},
-            ]},
+            {
+                "tool_calls": [
+                    {"name": "get_time", "input": {}, "id": "t1"},
+                    {"name": "save_note", "input": {"title": "n", "text": "x"}, "id": "n1"},
+                ]
+            },
             tool_use("explode", {"message": "disk on fire"}, id="x1"),
             tool_use("teleport", id="u1"),
             answer("It is noon."),
@@ -149,12 +156,16 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
     "approval_by_signal": ([tool_use("send_email", EMAIL, id="e1"), answer("sent")], {}, approve_by_signal),
     "deny": ([tool_use("send_email", EMAIL, id="e1"), answer("not sent")], {}, deny),
     "cancel_during_tool": (
-        [tool_use("wait_for_cancel", {"seconds": 30}, id="w1"), answer("never")], {}, cancel_during_tool
+        [tool_use("wait_for_cancel", {"seconds": 30}, id="w1"), answer("never")],
+        {},
+        cancel_during_tool,
     ),
     "cancel_during_model": ([{**answer("too late"), "delay": 2}], {}, cancel_during_model),
     "temporal_cancel": ([{**answer("too late"), "delay": 2}], {}, temporal_cancel),
     "pause_resume": (
-        [tool_use("slow_upsert", {"key": "k", "seconds": 1}, id="s1"), answer("done")], {}, pause_resume
+        [tool_use("slow_upsert", {"key": "k", "seconds": 1}, id="s1"), answer("done")],
+        {},
+        pause_resume,
     ),
     "retries": (
         [
@@ -166,7 +177,11 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
         {},
         nothing,
     ),
-    "terminal_failure": ([tool_use("get_time", id="t1"), {"status": 401, "message": "invalid x-api-key"}], {}, nothing),
+    "terminal_failure": (
+        [tool_use("get_time", id="t1"), {"status": 401, "message": "invalid x-api-key"}],
+        {},
+        nothing,
+    ),
     "max_steps": (
         [tool_use("save_note", {"title": f"n{i}", "text": "x"}, id=f"s{i}") for i in range(3)],
         {"limits": {"max_steps": 2}},
@@ -177,20 +192,30 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
         {"limits": {"token_budget": 1000}},
         nothing,
     ),
-    "timeout": ([{**tool_use("get_time"), "delay": 3}, answer("never")], {"limits": {"timeout_seconds": 1}}, nothing),
+    "timeout": (
+        [{**tool_use("get_time"), "delay": 3}, answer("never")],
+        {"limits": {"timeout_seconds": 1}},
+        nothing,
+    ),
     "chat": ([answer("hello"), answer("then this")], {"chat": True}, chat),
     "continue_as_new": (
-        [tool_use("save_note", {"title": f"n{i}", "text": "x"}, id=f"s{i}") for i in range(3)] + [answer("done")],
+        [tool_use("save_note", {"title": f"n{i}", "text": "x"}, id=f"s{i}") for i in range(3)]
+        + [answer("done")],
         {"limits": {"continue_as_new_after_steps": 2}},
         nothing,
     ),
     "model_timeout": (
-        [{"stall": 6, "text": "late"}, answer("on time")], {"limits": {"model_timeout_seconds": 2}}, nothing
+        [{"stall": 6, "text": "late"}, answer("on time")],
+        {"limits": {"model_timeout_seconds": 2}},
+        nothing,
     ),
     "edited_approval": ([tool_use("send_email", EMAIL, id="e1"), answer("sent")], {}, approve_edited),
     "subagent": (
         [tool_use("agent__helper", {"task": "email the team"}, id="h1"), answer("the helper sent it")],
-        {"_children": {".sub-1": [tool_use("send_email", EMAIL, id="c1"), answer("sent")]}, "_fields": subagent_fields},
+        {
+            "_children": {".sub-1": [tool_use("send_email", EMAIL, id="c1"), answer("sent")]},
+            "_fields": subagent_fields,
+        },
         approve_in_child,
     ),
     "search_attributes": (
@@ -266,7 +291,9 @@ async def record(names: list[str], out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.record_histories", description=(__doc__ or "").partition("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.record_histories", description=(__doc__ or "").partition("\n")[0]
+    )
     parser.add_argument("scenarios", nargs="*", help=f"default: all ({', '.join(SCENARIOS)})")
     parser.add_argument("--out", type=Path, default=HISTORIES)
     args = parser.parse_args()

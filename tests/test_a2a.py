@@ -52,12 +52,16 @@ async def api(
     client: TemporalClient, dev_server: temporal_server.DevServer, fake_model: FakeModelServer, data_dir: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[ApiProcess]:  # fmt: skip
-    async with serve_api(client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("a2a-api")) as server:
+    async with serve_api(
+        client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("a2a-api")
+    ) as server:
         yield server
 
 
 @asynccontextmanager
-async def agent(api: ApiProcess, user: str, *, streaming: bool = False, version: str = "1.0") -> AsyncIterator[Client]:
+async def agent(
+    api: ApiProcess, user: str, *, streaming: bool = False, version: str = "1.0"
+) -> AsyncIterator[Client]:
     """An A2A client for `user`, from the agent's card, speaking `version` of the protocol."""
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKENS[user]}"}, timeout=90) as http:
         card = await A2ACardResolver(http, api.url).get_agent_card()
@@ -81,11 +85,15 @@ def message(
     parts = [Part(text=text)] if text is not None else []
     if data is not None:
         parts.append(Part(data=ParseDict(data, struct_pb2.Value())))
-    return Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=parts, context_id=context_id, task_id=task_id)
+    return Message(
+        message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=parts, context_id=context_id, task_id=task_id
+    )
 
 
 async def send(client: Client, sent: Message, *, immediately: bool = False) -> Task:
-    request = SendMessageRequest(message=sent, configuration=SendMessageConfiguration(return_immediately=immediately))
+    request = SendMessageRequest(
+        message=sent, configuration=SendMessageConfiguration(return_immediately=immediately)
+    )
     responses: list[StreamResponse] = [r async for r in client.send_message(request)]
     assert len(responses) == 1 and responses[0].HasField("task"), responses
     return responses[0].task
@@ -106,13 +114,18 @@ async def test_the_card_is_public_and_the_endpoint_needs_a_token(api: ApiProcess
     async with httpx.AsyncClient() as http:
         card = (await http.get(f"{api.url}/.well-known/agent-card.json")).json()
         for headers in ({}, {"Authorization": "Bearer wrong-token-000"}, {"Cookie": "agent_session=x"}):
-            refused = await http.post(f"{api.url}/a2a", headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "GetTask"})
-            assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer", refused.text
+            refused = await http.post(
+                f"{api.url}/a2a", headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "GetTask"}
+            )
+            assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer", (
+                refused.text
+            )
     assert {s["id"] for s in card["skills"]} == {"assistant", "researcher", "note-keeper"}
     assert card["capabilities"]["streaming"] is True
     assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "bearer"
     assert {(i["url"], i["protocolVersion"]) for i in card["supportedInterfaces"]} == {
-        (f"{api.url}/a2a", "1.0"), (f"{api.url}/a2a", "0.3")
+        (f"{api.url}/a2a", "1.0"),
+        (f"{api.url}/a2a", "0.3"),
     }
     assert card["url"] == f"{api.url}/a2a" and card["protocolVersion"] == "0.3"  # what 0.3 clients read
 
@@ -141,7 +154,9 @@ async def test_a_chat_with_an_approval_survives_a_restart_and_stays_its_users(
         with pytest.raises(Exception, match="a decision"):
             await send(alice, message(text="yes please", task_id=first.id, context_id=session_id))
 
-        done = await send(alice, message(data={"approve": "e1", "input": EDITED}, task_id=first.id, context_id=session_id))
+        done = await send(
+            alice, message(data={"approve": "e1", "input": EDITED}, task_id=first.id, context_id=session_id)
+        )
         assert done.id == first.id and done.status.state == TaskState.TASK_STATE_COMPLETED, done
         assert answer_of(done) == "Sent it."
         history = control.history_document(await control.history(client, session_id))
@@ -157,7 +172,10 @@ async def test_a_chat_with_an_approval_survives_a_restart_and_stays_its_users(
         with pytest.raises(Exception, match="has ended"):
             await alice.cancel_task(CancelTaskRequest(id=first.id))
         listed = await alice.list_tasks(ListTasksRequest(context_id=session_id, include_artifacts=True))
-        assert [(t.id, answer_of(t)) for t in listed.tasks] == [(first.id, "Sent it."), (second.id, "Nothing else.")]
+        assert [(t.id, answer_of(t)) for t in listed.tasks] == [
+            (first.id, "Sent it."),
+            (second.id, "Nothing else."),
+        ]
         with pytest.raises(Exception, match="no task"):
             await bob.list_tasks(ListTasksRequest(context_id=session_id))
 
@@ -174,7 +192,9 @@ async def test_a_send_that_returns_at_once_then_get_and_cancel(api: ApiProcess, 
         assert first.task.status.state == TaskState.TASK_STATE_WORKING
         cancelled = await alice.cancel_task(CancelTaskRequest(id=task.id))
         assert cancelled.status.state == TaskState.TASK_STATE_CANCELED, cancelled
-        assert (await alice.get_task(GetTaskRequest(id=task.id))).status.state == TaskState.TASK_STATE_CANCELED
+        assert (
+            await alice.get_task(GetTaskRequest(id=task.id))
+        ).status.state == TaskState.TASK_STATE_CANCELED
         rest = [e async for e in subscription]
         assert rest[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED, rest
 
@@ -188,40 +208,61 @@ async def test_streaming_sends_status_updates_and_the_text_as_chunks(
     fake_model.script.set(session_id, [answer(text, pace=0.1)])
     async with agent(api, "alice", streaming=True) as alice:
         with pytest.raises(Exception, match="no agent 'nobody'"):
-            await anext(alice.send_message(SendMessageRequest(message=message(text="count"), metadata={"agent": "nobody"})))
+            await anext(
+                alice.send_message(
+                    SendMessageRequest(message=message(text="count"), metadata={"agent": "nobody"})
+                )
+            )
         sent = message(text="count", context_id=session_id)
         sent.metadata.update({"agent": "researcher"})
         events = [e async for e in alice.send_message(SendMessageRequest(message=sent))]
     assert (await control.status(client, session_id)).agent == "researcher"
     assert events[0].HasField("task") and events[0].task.id == f"{session_id}.turn-1"
-    chunks = [e.artifact_update for e in events if e.HasField("artifact_update") and not e.artifact_update.last_chunk]
+    chunks = [
+        e.artifact_update
+        for e in events
+        if e.HasField("artifact_update") and not e.artifact_update.last_chunk
+    ]
     assert len(chunks) >= 3 and all(c.append for c in chunks[1:]), chunks
     assert "".join(get_artifact_text(c.artifact) for c in chunks).strip() == text
-    [final] = [e.artifact_update for e in events if e.HasField("artifact_update") and e.artifact_update.last_chunk]
+    [final] = [
+        e.artifact_update for e in events if e.HasField("artifact_update") and e.artifact_update.last_chunk
+    ]
     assert get_artifact_text(final.artifact) == text
     assert events[-1].HasField("status_update")
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
 
 
-async def test_a_0_3_client_sends_without_blocking_approves_and_streams(api: ApiProcess, fake_model: FakeModelServer):
+async def test_a_0_3_client_sends_without_blocking_approves_and_streams(
+    api: ApiProcess, fake_model: FakeModelServer
+):
     session_id = new_id()
     fake_model.script.set(session_id, [tool_use("send_email", EMAIL, id="e1"), answer("Sent.")])
     async with agent(api, "bob", version="0.3") as bob:
         started = await send(bob, message(text="email", context_id=session_id), immediately=True)
         assert started.id == f"{session_id}.turn-1"
         assert started.status.state in (TaskState.TASK_STATE_WORKING, TaskState.TASK_STATE_INPUT_REQUIRED)
+
         async def waiting_for_approval() -> Task | None:
             found = await bob.get_task(GetTaskRequest(id=started.id))
             return found if found.status.state != TaskState.TASK_STATE_WORKING else None
 
         waiting = await wait_for(waiting_for_approval, 30, "the task to need input")
         assert pending(waiting)[0]["tool_use_id"] == "e1"
-        done = await send(bob, message(data={"deny": "e1", "reason": "not today"}, task_id=started.id, context_id=session_id))
+        done = await send(
+            bob,
+            message(data={"deny": "e1", "reason": "not today"}, task_id=started.id, context_id=session_id),
+        )
         assert done.status.state == TaskState.TASK_STATE_COMPLETED and answer_of(done) == "Sent.", done
     streamed = new_id()
     fake_model.script.set(streamed, [answer("Hi.")])
     async with agent(api, "bob", streaming=True, version="0.3") as bob:
-        events = [e async for e in bob.send_message(SendMessageRequest(message=message(text="hi", context_id=streamed)))]
+        events = [
+            e
+            async for e in bob.send_message(
+                SendMessageRequest(message=message(text="hi", context_id=streamed))
+            )
+        ]
     assert events[0].task.id == f"{streamed}.turn-1"
     last = events[-1]  # a status update; or the task itself, if it was done before the stream began
     final = last.status_update.status if last.HasField("status_update") else last.task.status

@@ -52,7 +52,9 @@ send_email = "always"
 """
 
 
-async def cli(harness: Harness, *args: str, definitions: Path | None = None, timeout: float = 60) -> tuple[int, str, str]:
+async def cli(
+    harness: Harness, *args: str, definitions: Path | None = None, timeout: float = 60
+) -> tuple[int, str, str]:
     env = cli_env(harness)
     if definitions is not None:
         env["AGENT_DEFINITIONS"] = str(definitions)
@@ -72,8 +74,13 @@ def team(tmp_path: Path) -> Path:
 
 async def test_an_agent_from_agents_toml(harness: Harness):
     session = f"test-{uuid.uuid4().hex[:10]}"
-    harness.script(session, [tool_use("save_note", NOTE, id="n1"), tool_use("send_email", EMAIL, id="e1"), answer("Done.")])
-    code, out, err = await cli(harness, "start", "note and email", "--agent", "assistant", "--session", session)
+    harness.script(
+        session,
+        [tool_use("save_note", NOTE, id="n1"), tool_use("send_email", EMAIL, id="e1"), answer("Done.")],
+    )
+    code, out, err = await cli(
+        harness, "start", "note and email", "--agent", "assistant", "--session", session
+    )
     assert code == 0, err
     handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, session)
     await wait_for_status(handle, "waiting_approval")
@@ -86,7 +93,12 @@ async def test_an_agent_from_agents_toml(harness: Harness):
     result: SessionStatus = await handle.result()
     assert result.status == "completed" and result.agent == "assistant"
     request = harness.requests(session)[0]["body"]
-    assert [t["name"] for t in request["tools"]] == ["get_time", "save_note", "send_email", "agent__researcher"]
+    assert [t["name"] for t in request["tools"]] == [
+        "get_time",
+        "save_note",
+        "send_email",
+        "agent__researcher",
+    ]
     assert request["model"] == "claude-sonnet-4-6"
     calls = {c.tool_use_id: c for c in (await handle.query(AgentWorkflow.history)).tool_calls}
     assert calls["n1"].approval == "auto" and calls["e1"].approval == "required"
@@ -97,8 +109,13 @@ async def test_an_agent_from_agents_toml(harness: Harness):
 
 async def test_approval_rules_per_agent_and_tool(harness: Harness, tmp_path: Path):
     session = f"test-{uuid.uuid4().hex[:10]}"
-    harness.script(session, [tool_use("send_email", EMAIL, id="e1"), tool_use("save_note", NOTE, id="n1"), answer("Done.")])
-    code, _, err = await cli(harness, "start", "go", "--agent", "trusting", "--session", session, definitions=team(tmp_path))
+    harness.script(
+        session,
+        [tool_use("send_email", EMAIL, id="e1"), tool_use("save_note", NOTE, id="n1"), answer("Done.")],
+    )
+    code, _, err = await cli(
+        harness, "start", "go", "--agent", "trusting", "--session", session, definitions=team(tmp_path)
+    )
     assert code == 0, err
     handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, session)
     snapshot = await wait_for_status(handle, "waiting_approval")
@@ -111,8 +128,12 @@ async def test_approval_rules_per_agent_and_tool(harness: Harness, tmp_path: Pat
     calls = {c.tool_use_id: c for c in (await handle.query(AgentWorkflow.history)).tool_calls}
     assert (calls["e1"].approval, calls["e1"].requires_approval) == ("auto", False)
     assert (calls["n1"].approval, calls["n1"].requires_approval) == ("required", True)
-    record(AREA, "approval rules per agent and tool (`never` for send_email, `always` for save_*)",
-           "send_email ran with no wait, save_note waited; each call records approval auto/required", {})
+    record(
+        AREA,
+        "approval rules per agent and tool (`never` for send_email, `always` for save_*)",
+        "send_email ran with no wait, save_note waited; each call records approval auto/required",
+        {},
+    )
 
 
 async def test_a_subagent_is_charged_to_its_parent_and_decided_through_it(harness: Harness, tmp_path: Path):
@@ -126,7 +147,9 @@ async def test_a_subagent_is_charged_to_its_parent_and_decided_through_it(harnes
         tool_use("send_email", EMAIL, id="e9") | {"usage": {"input_tokens": 1000, "output_tokens": 20}},
         answer("Sent to the team.", usage={"input_tokens": 1000, "output_tokens": 20}),
     ])  # fmt: skip
-    code, _, err = await cli(harness, "start", "get it sent", "--agent", "lead", "--session", parent, definitions=team(tmp_path))
+    code, _, err = await cli(
+        harness, "start", "get it sent", "--agent", "lead", "--session", parent, definitions=team(tmp_path)
+    )
     assert code == 0, err
     handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, parent)
     snapshot = await wait_for_status(handle, "waiting_approval")
@@ -140,7 +163,9 @@ async def test_a_subagent_is_charged_to_its_parent_and_decided_through_it(harnes
     assert code == 0 and "approved send_email (e9)" in out, err
     result: SessionStatus = await handle.result()
     assert result.status == "completed" and result.answer == "The helper sent it."
-    child_status: SessionStatus = await harness.client.get_workflow_handle_for(AgentWorkflow.run, child).query(AgentWorkflow.status)
+    child_status: SessionStatus = await harness.client.get_workflow_handle_for(
+        AgentWorkflow.run, child
+    ).query(AgentWorkflow.status)
     assert child_status.parent_session_id == parent and child_status.agent == "helper"
     assert child_status.usage.total() > 0
     own = sum(t.usage.total() for t in (await handle.query(AgentWorkflow.history)).trace)
@@ -148,12 +173,17 @@ async def test_a_subagent_is_charged_to_its_parent_and_decided_through_it(harnes
     call = (await handle.query(AgentWorkflow.history)).tool_calls[0]
     assert call.child_session_id == child and call.output == "Sent to the team."
     assert child_status.limits.token_budget <= 50_000
-    decided = (await harness.client.get_workflow_handle_for(AgentWorkflow.run, child).query(AgentWorkflow.history)).tool_calls[0]
+    decided = (
+        await harness.client.get_workflow_handle_for(AgentWorkflow.run, child).query(AgentWorkflow.history)
+    ).tool_calls[0]
     assert decided.decided_by == "carol"
-    record(AREA, "a sub-agent (child session PARENT.sub-1) whose email needs approval",
-           "its pending approval shows in the parent's status and `approve PARENT ID` decides it in the child; "
-           "the child's tokens are added to the parent's; its answer is the tool result",
-           {"parent tokens": result.usage.total(), "child tokens": child_status.usage.total()})
+    record(
+        AREA,
+        "a sub-agent (child session PARENT.sub-1) whose email needs approval",
+        "its pending approval shows in the parent's status and `approve PARENT ID` decides it in the child; "
+        "the child's tokens are added to the parent's; its answer is the tool result",
+        {"parent tokens": result.usage.total(), "child tokens": child_status.usage.total()},
+    )
 
 
 async def test_pause_and_cancel_of_the_parent_reach_the_subagent(harness: Harness, tmp_path: Path):
@@ -161,7 +191,9 @@ async def test_pause_and_cancel_of_the_parent_reach_the_subagent(harness: Harnes
     child = f"{parent}.sub-1"
     harness.script(parent, [tool_use("agent__helper", {"task": "wait"}, id="h1"), answer("never")])
     harness.script(child, [tool_use("wait_for_cancel", {"seconds": 60}, id="w1"), answer("never")])
-    code, _, err = await cli(harness, "start", "wait", "--agent", "lead", "--session", parent, definitions=team(tmp_path))
+    code, _, err = await cli(
+        harness, "start", "wait", "--agent", "lead", "--session", parent, definitions=team(tmp_path)
+    )
     assert code == 0, err
     handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, parent)
     child_handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, child)
@@ -181,25 +213,36 @@ async def test_pause_and_cancel_of_the_parent_reach_the_subagent(harness: Harnes
 
 async def test_fork_at_step_2_takes_another_path(harness: Harness):
     source = f"test-{uuid.uuid4().hex[:10]}"
-    harness.script(source, [tool_use("save_note", NOTE, id="n1"), tool_use("get_time", {}, id="t1"), answer("original")])
+    harness.script(
+        source, [tool_use("save_note", NOTE, id="n1"), tool_use("get_time", {}, id="t1"), answer("original")]
+    )
     original = await harness.run(None, session_id=source)
     assert original.status == "completed" and original.steps == 3
-    before = (await harness.client.get_workflow_handle_for(AgentWorkflow.run, source).query(AgentWorkflow.history)).model_dump_json()
+    before = (
+        await harness.client.get_workflow_handle_for(AgentWorkflow.run, source).query(AgentWorkflow.history)
+    ).model_dump_json()
 
     fork = f"{source}-fork"
     harness.script(fork, [answer("the other path")])
-    code, out, err = await cli(harness, "fork", source, "--at-step", "2", "--session", fork, "--message", "now say it differently")
+    code, out, err = await cli(
+        harness, "fork", source, "--at-step", "2", "--session", fork, "--message", "now say it differently"
+    )
     assert code == 0 and out.strip() == fork, err
     handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, fork)
     result: SessionStatus = await handle.result()
     assert result.status == "completed" and result.answer == "the other path" and result.steps == 3
-    assert result.forked_from is not None and (result.forked_from.session_id, result.forked_from.step) == (source, 2)
+    assert result.forked_from is not None and (result.forked_from.session_id, result.forked_from.step) == (
+        source,
+        2,
+    )
     sent = harness.requests(fork)[0]["body"]["messages"]
     assert sent[-1]["role"] == "user" and sent[-1]["content"][-1]["text"] == "now say it differently"
     assert [b["type"] for b in sent[-1]["content"]] == ["tool_result", "text"]
     history: SessionHistory = await handle.query(AgentWorkflow.history)
     assert [c.tool_use_id for c in history.tool_calls] == ["n1", "t1"] and len(history.trace) == 3
-    after = (await harness.client.get_workflow_handle_for(AgentWorkflow.run, source).query(AgentWorkflow.history)).model_dump_json()
+    after = (
+        await harness.client.get_workflow_handle_for(AgentWorkflow.run, source).query(AgentWorkflow.history)
+    ).model_dump_json()
     assert after == before
     # the note of step 1 was not written again by the fork
     assert len([e for e in read_effects() if e["session_id"] == fork]) == 0
@@ -211,9 +254,13 @@ async def test_fork_at_step_2_takes_another_path(harness: Harness):
     assert await _lists_the_worker_tools(source_handle) and not await _lists_the_worker_tools(handle)
     code, _, err = await cli(harness, "fork", source, "--at-step", "9")
     assert code == 1 and "no step 9" in err
-    record(AREA, "fork a 3-step session at step 2 with another message",
-           "the fork starts from the state after step 2 (no tool call runs again), takes another path, "
-           "records forked_from; the original's history is unchanged", {"fork steps": result.steps})
+    record(
+        AREA,
+        "fork a 3-step session at step 2 with another message",
+        "the fork starts from the state after step 2 (no tool call runs again), takes another path, "
+        "records forked_from; the original's history is unchanged",
+        {"fork steps": result.steps},
+    )
 
 
 def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
@@ -227,11 +274,18 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
         tool_use_ids=[f"u{step}"], usage=Usage(input_tokens=10, output_tokens=step), cost_usd=0.5, latency_ms=1,
         attempt=1, transcript_resends=resends,
     )  # fmt: skip
-    uses = [Message(role="assistant", content=[ToolUseBlock(id=f"u{i}", name="save_note", input=NOTE)]) for i in (1, 2)]
-    results = [Message(role="user", content=[ToolResultBlock(tool_use_id=f"u{i}", content="saved")]) for i in (1, 2)]
+    uses = [
+        Message(role="assistant", content=[ToolUseBlock(id=f"u{i}", name="save_note", input=NOTE)])
+        for i in (1, 2)
+    ]
+    results = [
+        Message(role="user", content=[ToolResultBlock(tool_use_id=f"u{i}", content="saved")]) for i in (1, 2)
+    ]
     goal = Message(role="user", content=[TextBlock(text="the goal")])
     calls = {
-        f"u{i}": ToolCallRecord(tool_use_id=f"u{i}", step=i, name="save_note", input=NOTE, status="done", output="saved")
+        f"u{i}": ToolCallRecord(
+            tool_use_id=f"u{i}", step=i, name="save_note", input=NOTE, status="done", output="saved"
+        )
         for i in (1, 2)
     }
     source = SessionState(
@@ -245,14 +299,21 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
     fork = forked_state("s", source, 1, None)
 
     # cut back to step 1
-    assert fork.messages == source.messages[:3] and fork.unsent == fork.messages and fork.transcript_ref is None
+    assert (
+        fork.messages == source.messages[:3] and fork.unsent == fork.messages and fork.transcript_ref is None
+    )
     assert list(fork.calls) == ["u1"] and fork.trace == source.trace[:1] and fork.steps == 1
     assert fork.usage == Usage(input_tokens=10, output_tokens=1) and fork.cost_usd == 0.5
     assert fork.transcript_resends == 1 and fork.repeats == {calls["u1"].repeat_key(): 1}
     assert (fork.user_turns, fork.answer) == (1, None)
     # a new session's first run
     assert (fork.runs, fork.paused, fork.idle, fork.closing, fork.queue) == (0, False, False, False, [])
-    assert (fork.run_started_at, fork.cancel_requested, fork.ending, fork.updated_at) == (None, None, None, None)
+    assert (fork.run_started_at, fork.cancel_requested, fork.ending, fork.updated_at) == (
+        None,
+        None,
+        None,
+        None,
+    )
     assert fork.stream_state is None and fork.child_approvals == {}
     # everything else as it was
     assert fork.specs == [spec] and fork.subagent_runs == 2 and fork.started_at == t0
@@ -268,13 +329,17 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
 
 async def _lists_the_worker_tools(handle: WorkflowHandle) -> bool:
     """Whether the session's first run listed the worker's tools (a local activity's marker)."""
-    markers = [e async for e in handle.fetch_history_events() if e.HasField("marker_recorded_event_attributes")]
+    markers = [
+        e async for e in handle.fetch_history_events() if e.HasField("marker_recorded_event_attributes")
+    ]
     return any(b"describe_tools" in marker.SerializeToString() for marker in markers)
 
 
 async def test_a_schedule_starts_sessions_and_is_deleted(harness: Harness):
     name = f"sched-{uuid.uuid4().hex[:6]}"
-    code, out, err = await cli(harness, "schedule", "create", name, "--every", "1h", "--agent", "researcher", "look it up")
+    code, out, err = await cli(
+        harness, "schedule", "create", name, "--every", "1h", "--agent", "researcher", "look it up"
+    )
     assert code == 0 and f"created schedule {name}" in out, err
     code, _, err = await cli(harness, "schedule", "create", name, "--every", "1h", "again")
     assert code == 1 and "already exists" in err and len(err.strip().splitlines()) == 1
@@ -286,7 +351,9 @@ async def test_a_schedule_starts_sessions_and_is_deleted(harness: Harness):
         await asyncio.sleep(1.2)  # the session id carries the time to the second
     started = await _until(lambda: _sessions_of(harness, name, 2))
     assert len(started) == 2 and all(s.startswith(f"{name}-") for s in started)
-    first: SessionStatus = await harness.client.get_workflow_handle_for(AgentWorkflow.run, started[0]).query(AgentWorkflow.status)
+    first: SessionStatus = await harness.client.get_workflow_handle_for(AgentWorkflow.run, started[0]).query(
+        AgentWorkflow.status
+    )
     assert first.agent == "researcher"
     code, out, _ = await cli(harness, "schedule", "list", "--json")
     assert name in [json.loads(line)["name"] for line in out.splitlines()]
@@ -319,5 +386,3 @@ async def _until(check, timeout: float = 30):
             return value
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.3)
-
-

@@ -119,7 +119,9 @@ async def test_openapi_and_docs_describe_every_endpoint(api: ApiProcess):
             assert f"/v1/sessions/{{session_id}}/{action}" in paths
         assert set(paths["/v1/sessions"]) == {"get", "post"}
         assert "HTTPBearer" in schema["components"]["securitySchemes"]
-        ok = paths["/v1/sessions/{session_id}/approve"]["post"]["responses"]["200"]["content"]["application/json"]
+        ok = paths["/v1/sessions/{session_id}/approve"]["post"]["responses"]["200"]["content"][
+            "application/json"
+        ]
         assert ok["schema"]["$ref"].endswith("/SessionStatus")
         assert "StartSession" in schema["components"]["schemas"]
         docs = await alice.get("/docs")
@@ -424,7 +426,9 @@ async def test_events_resume_after_a_cut_without_loss_or_repeat(api: ApiProcess,
         first = await collect_events(alice, session_id, limit=12)  # the connection is cut here
         # Events have ids in order; the model's text deltas, read live, have none.
         assert all(e.id is None for e in first if e.event == "delta")
-        assert [e.id for e in first if e.event != "delta"] == sorted({e.id for e in first if e.id is not None})
+        assert [e.id for e in first if e.event != "delta"] == sorted(
+            {e.id for e in first if e.id is not None}
+        )
         last_seen = [e.id for e in first if e.id is not None][-1]
         rest = await collect_events(alice, session_id, headers={"Last-Event-ID": str(last_seen)})
         seen = [e for e in first + rest if e.event != "delta"]

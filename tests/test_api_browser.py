@@ -62,7 +62,11 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
             decisions: list[dict] = []
             page.on(
                 "request",
-                lambda r: decisions.append(json.loads(r.post_data or "null")) if r.url.endswith("/approve") else None,
+                lambda r: (
+                    decisions.append(json.loads(r.post_data or "null"))
+                    if r.url.endswith("/approve")
+                    else None
+                ),
             )
             await page.goto(f"{api.url}/?token={TOKENS['alice']}")
             assert page.url == f"{api.url}/"  # the token left the address bar for a cookie
@@ -90,7 +94,9 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
 
             final = page.locator("#final-status")
             await final.wait_for(timeout=30_000)
-            assert "completed" in (await final.text_content() or "") and ANSWER in (await final.text_content() or "")
+            assert "completed" in (await final.text_content() or "") and ANSWER in (
+                await final.text_content() or ""
+            )
             assert decisions == [{"tool_use_id": "e1", "input": EDITED}]
             await page.wait_for_selector("#session-status:text-is('completed')", timeout=10_000)
             await asyncio.sleep(1)  # a late answer to the approval must not turn it back
@@ -104,7 +110,9 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
             assert "sent to" in (await page.locator("#call-e1 .output").text_content() or "")
             # The session's billable actions on Temporal Cloud, in the totals and in the list.
             await page.wait_for_selector("#totals:has-text('Temporal actions')", timeout=10_000)
-            counted = re.search(r"· ([\d,]+) Temporal actions$", await page.locator("#totals").text_content() or "")
+            counted = re.search(
+                r"· ([\d,]+) Temporal actions$", await page.locator("#totals").text_content() or ""
+            )
             assert counted and int(counted[1].replace(",", "")) > 0, counted
             link = await page.locator("#temporal-link").get_attribute("href")
             assert link == f"http://127.0.0.1:8233/namespaces/default/workflows/{session_id}"

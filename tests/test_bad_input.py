@@ -73,8 +73,9 @@ def assert_one_line_error(run: Run, *needles: str) -> str:
 async def test_client_mistakes_are_one_line_and_exit_1(harness: Harness, dev_server, tmp_path: Path):
     address = dev_server.address
     done = await harness.run([answer("done")])
-    running = await harness.start([tool_use("send_email", {"to": "a@example.com", "subject": "s", "body": "b"},
-                                            id="e1"), answer("ok")])
+    running = await harness.start(
+        [tool_use("send_email", {"to": "a@example.com", "subject": "s", "body": "b"}, id="e1"), answer("ok")]
+    )
     await wait_for_status(running, "waiting_approval")
     big_goal = tmp_path / "big-goal.txt"
     big_goal.write_text("g" * 200_001)
@@ -87,27 +88,40 @@ async def test_client_mistakes_are_one_line_and_exit_1(harness: Harness, dev_ser
         "malformed number (--max-steps abc)": (["start", "g", "--max-steps", "abc"], ["not a whole number"]),
         "malformed number (--cost-budget nan)": (["start", "g", "--cost-budget", "nan"], ["positive number"]),
         "malformed number (--timeout -5)": (["start", "g", "--timeout", "-5"], ["--timeout"]),
-        "goal file that does not exist": (["start", "--goal-file", str(tmp_path / "nope.txt")],
-                                          ["cannot read the goal file", "No such file"]),
+        "goal file that does not exist": (
+            ["start", "--goal-file", str(tmp_path / "nope.txt")],
+            ["cannot read the goal file", "No such file"],
+        ),
         "goal over 200,000 characters": (["start", "--goal-file", str(big_goal)], ["goal", "200000"]),
         "blank goal": (["start", "   "], ["goal"]),
-        "unknown tool_use_id": (["approve", running.id, "toolu_nope"], ["rejected", "no tool call 'toolu_nope'"]),
+        "unknown tool_use_id": (
+            ["approve", running.id, "toolu_nope"],
+            ["rejected", "no tool call 'toolu_nope'"],
+        ),
         "empty tool_use_id": (["deny", running.id, ""], ["tool_use_id"]),
     }
-    runs = await asyncio.gather(*(client(address, *args, queue=harness.task_queue) for args, _ in cases.values()))
+    runs = await asyncio.gather(
+        *(client(address, *args, queue=harness.task_queue) for args, _ in cases.values())
+    )
     unreachable = await client(f"127.0.0.1:{closed_port}", "status", "x")
     lines = {}
     for (name, (_, needles)), run in zip(cases.items(), runs, strict=False):
         lines[name] = assert_one_line_error(run, *needles)
-    lines["Temporal unreachable"] = assert_one_line_error(unreachable, "cannot reach Temporal", str(closed_port))
+    lines["Temporal unreachable"] = assert_one_line_error(
+        unreachable, "cannot reach Temporal", str(closed_port)
+    )
     # Nothing changed: the waiting call still waits, no duplicate was started.
     snapshot = await running.query("status", result_type=SessionStatus)
     assert [p.tool_use_id for p in snapshot.pending_approvals] == ["e1"]
     await running.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
     assert (await running.result()).status == "completed"
     for name, line in lines.items():
-        for real, shown in ((done.session_id, "ID"), (running.id, "ID"), (str(tmp_path), "DIR"),
-                            (str(closed_port), "PORT")):
+        for real, shown in (
+            (done.session_id, "ID"),
+            (running.id, "ID"),
+            (str(tmp_path), "DIR"),
+            (str(closed_port), "PORT"),
+        ):
             line = line.replace(real, shown)
         record(AREA, f"client: {name}", f"exit 1, one line on stderr: `{line[:150]}`", {})
 
@@ -115,7 +129,9 @@ async def test_client_mistakes_are_one_line_and_exit_1(harness: Harness, dev_ser
 async def test_duplicate_session_id_does_not_touch_the_first(harness: Harness, dev_server):
     first = await harness.start([{**answer("first"), "delay": 1}])
     before = (await first.describe()).run_id
-    run = await client(dev_server.address, "start", "second goal", "--session", first.id, queue=harness.task_queue)
+    run = await client(
+        dev_server.address, "start", "second goal", "--session", first.id, queue=harness.task_queue
+    )
     assert_one_line_error(run, "already exists", f"watch {first.id}")
     result = await first.result()
     assert result.answer == "first" and (await first.describe()).run_id == before
@@ -127,7 +143,10 @@ async def test_duplicate_session_id_does_not_touch_the_first(harness: Harness, d
 
 async def test_workflow_input_that_does_not_validate_fails_at_once(harness: Harness):
     # As a start from the Temporal CLI or UI with hand-written JSON would.
-    for bad, needle in ((({"goal": ""}), "goal"), ({"goal": "g", "limits": {"max_steps": "many"}}, "max_steps")):
+    for bad, needle in (
+        (({"goal": ""}), "goal"),
+        ({"goal": "g", "limits": {"max_steps": "many"}}, "max_steps"),
+    ):
         handle = await harness.client.start_workflow(
             "AgentWorkflow", bad, id=f"bad-{uuid.uuid4().hex[:8]}", task_queue=harness.task_queue
         )
@@ -135,19 +154,33 @@ async def test_workflow_input_that_does_not_validate_fails_at_once(harness: Harn
             await asyncio.wait_for(handle.result(), 20)
         message = str(caught.value.cause)
         assert "validation error for SessionInput" in message and needle in message
-        failed_tasks = [e async for e in handle.fetch_history_events()
-                        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
+        failed_tasks = [
+            e
+            async for e in handle.fetch_history_events()
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        ]
         assert failed_tasks == []  # failed once, not a workflow task retried forever
-    record(AREA, "workflow input that does not validate (a start by hand with bad JSON)",
-           "the workflow fails at once with pydantic's message naming the field; no task retried", {})
+    record(
+        AREA,
+        "workflow input that does not validate (a start by hand with bad JSON)",
+        "the workflow fails at once with pydantic's message naming the field; no task retried",
+        {},
+    )
 
 
 async def test_bad_update_payloads_are_rejected_and_change_nothing(harness: Harness):
-    handle = await harness.start([tool_use("send_email", {"to": "a@example.com", "subject": "s", "body": "b"},
-                                           id="e1"), answer("ok")])
+    handle = await harness.start(
+        [tool_use("send_email", {"to": "a@example.com", "subject": "s", "body": "b"}, id="e1"), answer("ok")]
+    )
     await wait_for_status(handle, "waiting_approval")
     before = (await handle.query("history", result_type=SessionHistory)).model_dump_json()
-    payloads = [{"tool_use_id": ""}, {"wrong": 1}, "not an object", {"tool_use_id": "x" * 300}, {"tool_use_id": 7}]
+    payloads = [
+        {"tool_use_id": ""},
+        {"wrong": 1},
+        "not an object",
+        {"tool_use_id": "x" * 300},
+        {"tool_use_id": 7},
+    ]
     reasons = []
     for payload in payloads:
         with pytest.raises(WorkflowUpdateFailedError) as caught:
@@ -158,13 +191,20 @@ async def test_bad_update_payloads_are_rejected_and_change_nothing(harness: Harn
     await handle.signal("approve", {"wrong": 1})  # a bad signal is dropped
     await asyncio.sleep(0.5)
     assert (await handle.query("history", result_type=SessionHistory)).model_dump_json() == before
-    accepted = [e async for e in handle.fetch_history_events()
-                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED]
+    accepted = [
+        e
+        async for e in handle.fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    ]
     assert accepted == []
     await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
     assert (await handle.result()).status == "completed"
-    record(AREA, "update payloads of the wrong shape (empty, missing, extra, wrong type, too long)",
-           "rejected with pydantic's message naming the field; nothing recorded; the session goes on", {})
+    record(
+        AREA,
+        "update payloads of the wrong shape (empty, missing, extra, wrong type, too long)",
+        "rejected with pydantic's message naming the field; nothing recorded; the session goes on",
+        {},
+    )
 
 
 # ---- tool arguments ------------------------------------------------------------------------
@@ -190,5 +230,9 @@ async def test_bad_tool_arguments_go_back_to_the_model(harness: Harness, case: s
         assert needle in sent["content"], sent["content"][:500]
     assert len(sent["content"]) < 2000  # the message does not echo a huge value back
     assert [e for e in read_effects() if e["session_id"] == handle.id] == []
-    record(AREA, f"tool arguments: {case}", f"an is_error result naming the field; the tool did not run: "
-           f"`{sent['content'][:120]}`", {})
+    record(
+        AREA,
+        f"tool arguments: {case}",
+        f"an is_error result naming the field; the tool did not run: `{sent['content'][:120]}`",
+        {},
+    )

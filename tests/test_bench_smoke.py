@@ -78,7 +78,11 @@ def _event(kind: str, **attributes) -> HistoryEvent:
 
 def test_action_count_follows_temporal_clouds_rules():
     change_version = {"search_attributes": {"indexed_fields": {"TemporalChangeVersion": Payload(data=b"[]")}}}
-    status = {"search_attributes": {"indexed_fields": {"AgentStatus": Payload(data=b'"x"'), "AgentSteps": Payload()}}}
+    status = {
+        "search_attributes": {
+            "indexed_fields": {"AgentStatus": Payload(data=b'"x"'), "AgentSteps": Payload()}
+        }
+    }
     events = [
         _event("WORKFLOW_EXECUTION_STARTED"),
         _event("WORKFLOW_EXECUTION_SIGNALED"),  # signal-with-start: one action with the start

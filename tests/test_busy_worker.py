@@ -41,7 +41,9 @@ def cpu_load() -> Iterator[list[subprocess.Popen[bytes]]]:
             processes.kill(burner)
 
 
-async def test_a_busy_worker_is_not_taken_for_dead(procs: ProcessHarness, cpu_load: list[subprocess.Popen[bytes]]):
+async def test_a_busy_worker_is_not_taken_for_dead(
+    procs: ProcessHarness, cpu_load: list[subprocess.Popen[bytes]]
+):
     await procs.worker("--heartbeat-timeout", "3", "--tools", "tests.support.load_tools:TOOLS")
     handle = await procs.start([
         tool_use("slow_charge", {"amount": 5, "seconds": 20}, id="c1"),

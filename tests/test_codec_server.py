@@ -66,10 +66,19 @@ async def test_decode_and_encode_for_the_ui(codec_server: str):
     assert base64.b64decode(payload["metadata"]["encoding"]) == b"json/plain"
     again = httpx.post(f"{codec_server}/encode", json=decoded.json(), headers=headers).json()
     assert base64.b64decode(again["payloads"][0]["metadata"]["encryption-key-id"]) == b"k0"
-    preflight = httpx.options(f"{codec_server}/decode", headers={
-        "Origin": UI, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type,x-namespace"})
+    preflight = httpx.options(
+        f"{codec_server}/decode",
+        headers={
+            "Origin": UI,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type,x-namespace",
+        },
+    )
     assert preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == UI
-    other = httpx.options(f"{codec_server}/decode", headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"})
+    other = httpx.options(
+        f"{codec_server}/decode",
+        headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"},
+    )
     assert "access-control-allow-origin" not in other.headers
 
 

@@ -62,8 +62,12 @@ async def test_the_ui_shows_the_goal_decoded_through_the_codec_endpoint(
         frames = rendered_frames(dom)
         assert frames.get("user-metadata-summary") == GOAL, (frames, page_text(dom)[:2000])
         assert shot.exists() and shot.stat().st_size > 10_000
-        record("Encrypted payloads", "the Temporal UI with the codec endpoint, keys set",
-               "the database holds no plaintext of the goal; the UI shows the goal decoded (headless Chromium)", {})
+        record(
+            "Encrypted payloads",
+            "the Temporal UI with the codec endpoint, keys set",
+            "the database holds no plaintext of the goal; the UI shows the goal decoded (headless Chromium)",
+            {},
+        )
     finally:
         server.stop()
         processes.stop(codec, grace=10)

@@ -31,7 +31,9 @@ async def test_approve_with_an_edited_input(harness: Harness):
     before = (await handle.query(AgentWorkflow.history)).model_dump_json()
 
     # An edit that breaks the tool's schema: one line naming the field, nothing changes.
-    code, out, err = await run_cli(harness, "approve", handle.id, "e1", "--input", json.dumps({**EMAIL, "to": "nobody"}))
+    code, out, err = await run_cli(
+        harness, "approve", handle.id, "e1", "--input", json.dumps({**EMAIL, "to": "nobody"})
+    )
     assert code == 1 and out == "" and len(err.strip().splitlines()) == 1, err
     assert "invalid input for send_email: to:" in err and "does not match" in err
     code, _, err = await run_cli(harness, "approve", handle.id, "e1", "--input", json.dumps({"to": "a@b.co"}))
@@ -55,7 +57,11 @@ async def test_approve_with_an_edited_input(harness: Harness):
     assert call.status == "done"
     # The model is told what the tool really ran with.
     tool_result = harness.requests(handle.id)[-1]["body"]["messages"][-1]["content"][0]
-    text = tool_result["content"] if isinstance(tool_result["content"], str) else tool_result["content"][0]["text"]
+    text = (
+        tool_result["content"]
+        if isinstance(tool_result["content"], str)
+        else tool_result["content"][0]["text"]
+    )
     assert "a person edited the input" in text and "boss@example.com" in text
 
     code, out, _ = await run_cli(harness, "history", handle.id)
@@ -102,7 +108,10 @@ async def test_a_worker_that_cannot_list_its_tools_fails_the_start(client: Clien
     )  # fmt: skip
     async with worker:
         handle = await client.start_workflow(
-            AgentWorkflow.run, SessionInput(goal="hello"), id=f"test-{uuid.uuid4().hex[:10]}", task_queue=queue
+            AgentWorkflow.run,
+            SessionInput(goal="hello"),
+            id=f"test-{uuid.uuid4().hex[:10]}",
+            task_queue=queue,
         )
         result: SessionStatus = await asyncio.wait_for(handle.result(), timeout=60)
     assert result.status == "failed"
@@ -151,7 +160,9 @@ async def test_a_session_whose_workflow_task_keeps_failing_is_stuck_until_a_fixe
         watched = await _watch_until(harness, session_id, "stuck:")
         assert "a bug in the loop" in watched
     # The fixed worker (the real workflow) carries the session on from its history.
-    fixed = build_worker(client, TOOLS, queue=harness.task_queue, model=model_activities(fake_model, data_dir))
+    fixed = build_worker(
+        client, TOOLS, queue=harness.task_queue, model=model_activities(fake_model, data_dir)
+    )
     async with fixed:
         result: SessionStatus = await asyncio.wait_for(handle.result(), timeout=90)
     assert result.status == "completed" and result.answer == "Done after the fix."

@@ -89,7 +89,11 @@ async def test_kill_during_at_most_once_tool_never_runs_it_again(procs: ProcessH
     tool_result = second_call[0]["body"]["messages"][-1]["content"][0]
     assert tool_result["type"] == "tool_result" and tool_result["tool_use_id"] == "c1"
     assert tool_result["is_error"] is True
-    text = tool_result["content"] if isinstance(tool_result["content"], str) else tool_result["content"][0]["text"]
+    text = (
+        tool_result["content"]
+        if isinstance(tool_result["content"], str)
+        else tool_result["content"][0]["text"]
+    )
     # The tool did run (the effects log has its line): the model is told the outcome is
     # unknown, not that it did not happen.
     assert "outcome unknown" in text and "may have taken effect" in text and "will not be run again" in text
@@ -111,7 +115,7 @@ async def test_kill_during_at_most_once_tool_never_runs_it_again(procs: ProcessH
     record(
         AREA,
         "kill -9 during an at-most-once tool call (`slow_charge`), a second worker polling",
-        "the tool ran once; the call's status is `unknown` and the model got the error result \"outcome unknown ... may have taken effect, and it will not be run again\"; the session completed",
+        'the tool ran once; the call\'s status is `unknown` and the model got the error result "outcome unknown ... may have taken effect, and it will not be run again"; the session completed',
         {
             "kill to timeout (heartbeat timeout 3 s)": _secs(detected),
             "kill to next model call scheduled": _secs(recovered),
@@ -160,7 +164,9 @@ async def test_kill_during_model_call_calls_it_again_once(procs: ProcessHarness)
         "kill -9 during a model call, a second worker polling",
         "the call was made again (attempt 2) with the same transcript; one assistant message for the step",
         {
-            "kill to model call handed to the other worker (heartbeat timeout 3 s + retry 1 s)": _secs(retried),
+            "kill to model call handed to the other worker (heartbeat timeout 3 s + retry 1 s)": _secs(
+                retried
+            ),
             "kill to model call made again": _secs(retry_started),
             "kill to step recorded": _secs(completed.epoch - killed_at),
         },
@@ -185,7 +191,11 @@ async def test_kill_during_idempotent_tool_runs_it_again_with_the_same_key(procs
     assert [r["pid"] for r in runs] == [first.pid, second.pid]
     tool_result = procs.requests(handle.id, step=2)[0]["body"]["messages"][-1]["content"][0]
     assert not tool_result.get("is_error")
-    text = tool_result["content"] if isinstance(tool_result["content"], str) else tool_result["content"][0]["text"]
+    text = (
+        tool_result["content"]
+        if isinstance(tool_result["content"], str)
+        else tool_result["content"][0]["text"]
+    )
     assert text == "upserted k1"
 
     rerun = runs[1]["at"] - killed_at
@@ -202,7 +212,9 @@ async def test_kill_during_idempotent_tool_runs_it_again_with_the_same_key(procs
         {
             "kill to tool handed to the other worker (heartbeat timeout 3 s + retry 1 s)": _secs(retried),
             "kill to tool run again": _secs(rerun),
-            f"kill to next model call scheduled (tool takes {TOOL_S:g} s)": _secs(next_step.epoch - killed_at),
+            f"kill to next model call scheduled (tool takes {TOOL_S:g} s)": _secs(
+                next_step.epoch - killed_at
+            ),
         },
     )
 
@@ -235,7 +247,10 @@ async def test_kill_while_waiting_for_approval(procs: ProcessHarness):
         AREA,
         "kill -9 while the session waits for an approval; approve sent at once, a second worker polling",
         "the approval was recorded and the email sent once, by the other worker; the session completed",
-        {"approve answered after": _secs(answered), "of which on the dead worker's sticky queue": _secs(sticky)},
+        {
+            "approve answered after": _secs(answered),
+            "of which on the dead worker's sticky queue": _secs(sticky),
+        },
     )
 
 
@@ -327,15 +342,19 @@ async def test_two_workers_one_killed_the_other_finishes(procs: ProcessHarness):
         AREA,
         "two workers on one task queue, the one running the tool killed",
         "the other worker ran the tool again and finished the session",
-        {"kill to tool handed to the other worker (heartbeat timeout 3 s + retry 1 s)": _secs(retried),
-         "kill to tool run again": _secs(runs[1]["at"] - killed_at)},
+        {
+            "kill to tool handed to the other worker (heartbeat timeout 3 s + retry 1 s)": _secs(retried),
+            "kill to tool run again": _secs(runs[1]["at"] - killed_at),
+        },
     )
 
 
 async def test_no_polling_delay_between_steps(procs: ProcessHarness):
     """On a normal run the next step starts as soon as the previous one ends."""
     await procs.worker()
-    turns = [tool_use("slow_upsert", {"key": f"k{i}", "seconds": 0}, id=f"u{i}") for i in range(3)] + [answer("ok")]
+    turns = [tool_use("slow_upsert", {"key": f"k{i}", "seconds": 0}, id=f"u{i}") for i in range(3)] + [
+        answer("ok")
+    ]
     handle = await procs.start(turns)
     result = await result_of(handle)
     assert result.status == "completed" and result.steps == 4

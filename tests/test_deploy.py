@@ -47,7 +47,9 @@ async def set_current(client: Client, deployment: str, build_id: str) -> None:
         await client.workflow_service.set_worker_deployment_current_version(request)
         return True
 
-    await wait_until(attempt, timeout=30, what=f"{deployment} build {build_id} to become current", interval=0.3)
+    await wait_until(
+        attempt, timeout=30, what=f"{deployment} build {build_id} to become current", interval=0.3
+    )
 
 
 def builds_of(events: list[Event]) -> list[str]:
@@ -69,6 +71,7 @@ def patch_markers(events: list[Event]) -> int:
 
 def trace(events: list[Event]) -> str:
     """The history in one line, for a failure's message: event, time, and who ran a task."""
+
     def who(e: Event) -> str:
         if e.type == "WORKFLOW_TASK_STARTED":
             return "@" + e.raw.workflow_task_started_event_attributes.identity.split("@")[0]
@@ -101,7 +104,9 @@ async def test_build2_takes_over_and_build1_sessions_replay_on_it(procs: Process
         await wait_for_status(handle, "waiting_approval")
     build2 = await procs.worker("--deployment", deployment, "--build-id", "2", "--workflow", BUILD2_WORKFLOW)
     # Build 2 polls but is not current yet: this session's tool starts on build 1.
-    busy = await procs.start([tool_use("slow_upsert", {"key": "v1", "seconds": 5}, id="u1"), answer("Saved.")])
+    busy = await procs.start(
+        [tool_use("slow_upsert", {"key": "v1", "seconds": 5}, id="u1"), answer("Saved.")]
+    )
     await wait_for_effects(busy.id, "slow_upsert")
 
     await set_current(procs.client, deployment, "2")

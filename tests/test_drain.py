@@ -71,7 +71,9 @@ async def test_capacity_flags_bound_what_a_worker_runs_at_once(procs: ProcessHar
     """`--max-concurrent-activities 1`: two sessions' 2 s tools run one after the other."""
     await procs.worker("--max-concurrent-activities", "1", "--max-cached-workflows", "10")
     handles = [
-        await procs.start([tool_use("slow_upsert", {"key": f"c{i}", "seconds": 2}, id=f"c{i}"), answer("Saved.")])
+        await procs.start(
+            [tool_use("slow_upsert", {"key": f"c{i}", "seconds": 2}, id=f"c{i}"), answer("Saved.")]
+        )
         for i in (1, 2)
     ]
     for handle in handles:

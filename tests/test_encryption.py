@@ -48,7 +48,9 @@ async def client_with(dev_server, monkeypatch, key_text: str | None) -> Client:
 
 def worker_for(client: Client, fake_model: FakeModelServer, queue: str):
     """A worker whose stores are opened from the environment, as `python worker.py` does."""
-    model = ModelActivities(client=anthropic.AsyncAnthropic(base_url=fake_model.url, api_key="k", max_retries=0))
+    model = ModelActivities(
+        client=anthropic.AsyncAnthropic(base_url=fake_model.url, api_key="k", max_retries=0)
+    )
     return build_worker(client, TOOLS, queue=queue, model=model)
 
 
@@ -78,7 +80,14 @@ async def chat_session(client: Client, fake_model: FakeModelServer) -> dict[str,
 async def until_turns(handle: WorkflowHandle, answers: int) -> None:
     for _ in range(300):
         history = await handle.query("history", result_type=SessionHistory)
-        if sum(1 for m in history.messages if m.role == "assistant" and not any(b.type == "tool_use" for b in m.content)) >= answers:
+        if (
+            sum(
+                1
+                for m in history.messages
+                if m.role == "assistant" and not any(b.type == "tool_use" for b in m.content)
+            )
+            >= answers
+        ):
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"session {handle.id} did not answer {answers} time(s)")
@@ -103,7 +112,9 @@ def found(marks: dict[str, str], *texts: str | bytes) -> list[str]:
     return [name for name in ("goal", "message", "output") if any(marks[name].encode() in h for h in hay)]
 
 
-async def test_no_plaintext_at_rest_with_keys_and_all_of_it_without(dev_server, fake_model, data_dir, monkeypatch):
+async def test_no_plaintext_at_rest_with_keys_and_all_of_it_without(
+    dev_server, fake_model, data_dir, monkeypatch
+):
     plain = await chat_session(await client_with(dev_server, monkeypatch, None), fake_model)
     sealed = await chat_session(await client_with(dev_server, monkeypatch, f"k0:{K0}"), fake_model)
     shown_plain, shown = workflow_show(dev_server, plain["id"]), workflow_show(dev_server, sealed["id"])
@@ -112,9 +123,13 @@ async def test_no_plaintext_at_rest_with_keys_and_all_of_it_without(dev_server, 
     assert found(plain, shown_plain, stored) == ["goal", "message", "output"]
     assert found(sealed, shown, stored) == []
     assert "YmluYXJ5L2VuY3J5cHRlZA==" in shown  # base64 of binary/encrypted
-    record(AREA, "a chat session with a tool output of 380 KB, AGENT_PAYLOAD_KEYS set",
-           "goal, chat message and tool output in no plaintext: `temporal workflow show`, the server's SQLite "
-           "file, the payload store, the transcript store (without keys: all three found)", {})
+    record(
+        AREA,
+        "a chat session with a tool output of 380 KB, AGENT_PAYLOAD_KEYS set",
+        "goal, chat message and tool output in no plaintext: `temporal workflow show`, the server's SQLite "
+        "file, the payload store, the transcript store (without keys: all three found)",
+        {},
+    )
 
 
 async def test_a_key_rotation_mid_session_keeps_it_readable(dev_server, fake_model, monkeypatch):
@@ -136,7 +151,10 @@ async def test_a_key_rotation_mid_session_keeps_it_readable(dev_server, fake_mod
         await handle.execute_update("close_session", result_type=str)
         await asyncio.wait_for(handle.result(), 60)
     assert history.messages[0].content[0].text == f"rotate-{tag}"
-    ids = {base64.b64decode(i).decode() for i in re.findall(r'"encryption-key-id":\s*"([^"]+)"', workflow_show(dev_server, session_id))}
+    ids = {
+        base64.b64decode(i).decode()
+        for i in re.findall(r'"encryption-key-id":\s*"([^"]+)"', workflow_show(dev_server, session_id))
+    }
     assert ids == {"k0", "k1"}  # both keys wrote this history
 
     # Without the old key, what it wrote cannot be read, and the error names it.
@@ -146,20 +164,38 @@ async def test_a_key_rotation_mid_session_keeps_it_readable(dev_server, fake_mod
         await data_converter(keys(f"k1:{K1}")).decode(payloads, [SessionInput])
     with pytest.raises(UnknownKey, match="'k0' does not decrypt with that key"):
         await data_converter(keys(f"k0:{K1}")).decode(payloads, [SessionInput])
-    record(AREA, "keys rotated mid-session (k0, then k1 first and k0 kept)",
-           "the session continues and reads whole; without k0 a read fails naming key id 'k0'", {})
+    record(
+        AREA,
+        "keys rotated mid-session (k0, then k1 first and k0 kept)",
+        "the session continues and reads whole; without k0 a read fails naming key id 'k0'",
+        {},
+    )
 
 
-@pytest.mark.parametrize("value, says", [
-    ("k0", "entry 1 is not id:BASE64KEY"),
-    ("k0:not-base64!", "the key of 'k0' is not base64"),
-    ("k0:" + "QUFB", "the key of 'k0' is 3 bytes"),
-    (f"k0:{K0},k0:{K1}", "key id 'k0' appears twice"),
-], ids=["no key", "not base64", "3 bytes", "an id twice"])  # fmt: skip  (the keys are random: not in the ids)
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("k0", "entry 1 is not id:BASE64KEY"),
+        ("k0:not-base64!", "the key of 'k0' is not base64"),
+        ("k0:" + "QUFB", "the key of 'k0' is 3 bytes"),
+        (f"k0:{K0},k0:{K1}", "key id 'k0' appears twice"),
+    ],
+    ids=["no key", "not base64", "3 bytes", "an id twice"],
+)  # fmt: skip  (the keys are random: not in the ids)
 def test_a_malformed_key_setting_is_one_line_at_start(value, says):
     for entry in (["worker.py"], ["client.py", "list"]):
-        done = subprocess.run([sys.executable, *entry], env={"AGENT_PAYLOAD_KEYS": value, "PATH": "/usr/bin:/bin"},
-                              capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[1])
+        done = subprocess.run(
+            [sys.executable, *entry],
+            env={"AGENT_PAYLOAD_KEYS": value, "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=Path(__file__).parents[1],
+        )
         lines = done.stderr.strip().splitlines()
-        assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith(f"error: AGENT_PAYLOAD_KEYS: {says}"), done.stderr
+        assert (
+            done.returncode == 1
+            and len(lines) == 1
+            and lines[0].startswith(f"error: AGENT_PAYLOAD_KEYS: {says}")
+        ), done.stderr
         assert "Traceback" not in done.stderr

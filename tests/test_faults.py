@@ -109,8 +109,11 @@ async def test_429_retry_delay_honours_retry_after(harness: Harness, header, val
         "retried after the delay the provider asked for; completed"
         if header
         else "retried after the retry policy's first interval (1 s); completed",
-        {"asked": f"{expected:g} s" if header else "-", "retried after": f"{gap:.2f} s (server)",
-         "scheduled to attempt 2": f"{from_history:.2f} s (history)"},
+        {
+            "asked": f"{expected:g} s" if header else "-",
+            "retried after": f"{gap:.2f} s (server)",
+            "scheduled to attempt 2": f"{from_history:.2f} s (history)",
+        },
     )
 
 
@@ -147,13 +150,19 @@ async def test_retryable_fault_recovers_and_records_each_step_once(harness: Harn
     effects = [e for e in read_effects() if e["session_id"] == handle.id]
     assert len(effects) == 1  # the tool of step 1 did not run again
     # The model saw one tool result, not two.
-    results = [b for m in requests[2]["body"]["messages"] for b in m["content"] if b.get("type") == "tool_result"]
+    results = [
+        b for m in requests[2]["body"]["messages"] for b in m["content"] if b.get("type") == "tool_result"
+    ]
     assert len(results) == 1
     models = await model_activities(handle)
     assert [(m.attempt, m.closed) for m in models] == [(1, "completed"), (2, "completed")]
     [gap] = gaps(requests[1:])
-    record(AREA, name, "retried by Temporal; completed, one assistant message per step, the earlier tool not re-run",
-           {"retried after": f"{gap:.2f} s"})
+    record(
+        AREA,
+        name,
+        "retried by Temporal; completed, one assistant message per step, the earlier tool not re-run",
+        {"retried after": f"{gap:.2f} s"},
+    )
 
 
 async def test_non_streaming_malformed_json_is_retried(harness: Harness):
@@ -180,15 +189,19 @@ async def test_response_slower_than_the_activity_timeout_is_retried(harness: Har
     history = await assert_recorded_once(handle, 1)
     assert "too late" not in history.model_dump_json()
     started = [
-        e.activity_task_started_event_attributes async for e in handle.fetch_history_events()
+        e.activity_task_started_event_attributes
+        async for e in handle.fetch_history_events()
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
     ]
     assert started[0].attempt == 2
     failure = started[0].last_failure
     assert failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE, failure
-    record(AREA, "response stalls longer than the attempt's timeout (`model_timeout_seconds=2`)",
-           "the attempt times out (start-to-close), is retried; completed; the late answer is discarded",
-           {"second request after": f"{retried_after:.2f} s"})
+    record(
+        AREA,
+        "response stalls longer than the attempt's timeout (`model_timeout_seconds=2`)",
+        "the attempt times out (start-to-close), is retried; completed; the late answer is discarded",
+        {"second request after": f"{retried_after:.2f} s"},
+    )
 
 
 async def test_retries_exhausted_fail_the_session_with_the_reason(harness: Harness):
@@ -200,8 +213,12 @@ async def test_retries_exhausted_fail_the_session_with_the_reason(harness: Harne
     assert len(harness.requests(handle.id)) == 3
     [model] = await model_activities(handle)
     assert (model.attempt, model.closed) == (3, "failed")
-    record(AREA, "503 on every attempt (a per-session fault), `model_attempts=3`",
-           "failed after 3 attempts; `error` says why and that retries ran out", {"attempts": 3})
+    record(
+        AREA,
+        "503 on every attempt (a per-session fault), `model_attempts=3`",
+        "failed after 3 attempts; `error` says why and that retries ran out",
+        {"attempts": 3},
+    )
 
 
 # ---- terminal faults: fail at once with the provider's message ------------------------
@@ -216,7 +233,9 @@ TERMINAL = {
 
 @pytest.mark.parametrize("status", list(TERMINAL))
 async def test_terminal_fault_fails_on_the_first_attempt(harness: Harness, status: int):
-    handle = await harness.start([tool_use("get_time", id="t1"), {"status": status, "message": TERMINAL[status]}])
+    handle = await harness.start(
+        [tool_use("get_time", id="t1"), {"status": status, "message": TERMINAL[status]}]
+    )
     result = await asyncio.wait_for(handle.result(), 30)
     assert result.status == "failed"
     assert result.error == f"model {status}: {TERMINAL[status]}"
@@ -227,9 +246,12 @@ async def test_terminal_fault_fails_on_the_first_attempt(harness: Harness, statu
     assert history.tool_calls[0].status == "done"
     snapshot = await handle.query("status", result_type=SessionStatus)
     assert snapshot.error == result.error
-    record(AREA, f"{status} with the provider's error body",
-           "failed on the first attempt, not retried; `error` is the provider's message; earlier steps kept",
-           {"attempts": 1})
+    record(
+        AREA,
+        f"{status} with the provider's error body",
+        "failed on the first attempt, not retried; `error` is the provider's message; earlier steps kept",
+        {"attempts": 1},
+    )
 
 
 async def test_unknown_content_block_is_kept_and_the_session_completes(harness: Harness):

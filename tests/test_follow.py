@@ -45,7 +45,9 @@ async def updates_in(handle: WorkflowHandle) -> int:
     run_id: str | None = handle.first_execution_run_id or handle.result_run_id
     while run_id:
         history = await handle._client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
-        count += sum(e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED for e in history.events)
+        count += sum(
+            e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED for e in history.events
+        )
         last = history.events[-1]
         run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id or None
     return count
@@ -71,14 +73,22 @@ async def test_replay_yields_the_polls_items_mid_run_after_the_end_and_across_ru
             break
     await mid_run.aclose()
     assert so_far == await read_all(polled(harness.client, handle.id), until_offset=so_far[-1][0])
-    resumed = asyncio.create_task(read_all(follow(harness.client, handle.id, so_far[-1][0] + 1, say=said.append)))
+    resumed = asyncio.create_task(
+        read_all(follow(harness.client, handle.id, so_far[-1][0] + 1, say=said.append))
+    )
     await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
     result = await asyncio.wait_for(handle.result(), 60)
     assert result.status == "completed" and result.runs >= 3  # continued as new twice or more
     # The poll after the end reads the latest run's log, which carries every earlier item.
     truth = await read_all(polled(harness.client, handle.id))
     assert [read_event(t, d).type for _, t, d in truth][-1] == "end"
-    assert {read_event(t, d).type for _, t, d in truth} >= {"tool_call", "approval", "decision", "continued", "turn"}
+    assert {read_event(t, d).type for _, t, d in truth} >= {
+        "tool_call",
+        "approval",
+        "decision",
+        "continued",
+        "turn",
+    }
     assert await asyncio.wait_for(from_start, 30) == truth
     assert so_far + await asyncio.wait_for(resumed, 30) == truth
     assert await read_all(follow(harness.client, handle.id, say=said.append)) == truth
@@ -91,7 +101,9 @@ async def test_followers_add_no_update_to_the_history(harness: Harness):
         [tool_use("get_time", {"timezone_name": "UTC"}, id="t1"), tool_use("get_time", id="t2"), answer("ok")]
     )
     said: list[str] = []
-    followers = [asyncio.create_task(read_all(follow(harness.client, handle.id, say=said.append))) for _ in range(3)]
+    followers = [
+        asyncio.create_task(read_all(follow(harness.client, handle.id, say=said.append))) for _ in range(3)
+    ]
     seen = await asyncio.wait_for(asyncio.gather(*followers), 60)
     assert seen[0] == seen[1] == seen[2] and len(seen[0]) > 5
     assert said == []
@@ -99,13 +111,21 @@ async def test_followers_add_no_update_to_the_history(harness: Harness):
     # The worker wrote its code's fingerprint into the history.
     history = await handle.fetch_history()
     completed = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
-    assert {fingerprint_of(e.workflow_task_completed_event_attributes.identity) for e in completed} == {code_fingerprint()}
+    assert {fingerprint_of(e.workflow_task_completed_event_attributes.identity) for e in completed} == {
+        code_fingerprint()
+    }
 
 
-async def test_other_workflow_code_falls_back_to_the_poll(client: Client, fake_model: FakeModelServer, data_dir):
+async def test_other_workflow_code_falls_back_to_the_poll(
+    client: Client, fake_model: FakeModelServer, data_dir
+):
     queue = f"test-{uuid.uuid4().hex[:8]}"
     other = build_worker(
-        client, TOOLS, queue=queue, model=model_activities(fake_model, data_dir), identity="1@elsewhere wf=000000000000"
+        client,
+        TOOLS,
+        queue=queue,
+        model=model_activities(fake_model, data_dir),
+        identity="1@elsewhere wf=000000000000",
     )
     async with other:
         harness = Harness(client, fake_model, queue)

@@ -66,7 +66,14 @@ async def test_history_json_carries_the_trace(harness: Harness):
     assert bad["duration_ms"] is not None
     assert trace[2]["tool_calls"] == []
     assert [c["tool_use_id"] for c in found["tool_calls"]] == ["t1", "t2"]
-    assert [m["role"] for m in found["messages"]] == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in found["messages"]] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
 
     code, out, _ = await run_cli(harness, "history", handle.id)
     assert code == 0

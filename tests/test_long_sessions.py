@@ -21,8 +21,12 @@ async def test_chat_turns_queue_and_close(harness: Harness):
     )
     await asyncio.sleep(0.3)
     # Sent while the first run is in progress: queued, taken after it, in order.
-    assert await handle.execute_update("send_message", UserMessage(text="second question"), result_type=int) == 2
-    assert await handle.execute_update("send_message", UserMessage(text="third question"), result_type=int) == 3
+    assert (
+        await handle.execute_update("send_message", UserMessage(text="second question"), result_type=int) == 2
+    )
+    assert (
+        await handle.execute_update("send_message", UserMessage(text="third question"), result_type=int) == 3
+    )
     snapshot = await wait_for_status(handle, "waiting_input")
     while snapshot.user_turns < 3 or snapshot.answer != "third answer":
         await asyncio.sleep(0.1)
@@ -30,7 +34,14 @@ async def test_chat_turns_queue_and_close(harness: Harness):
     assert snapshot.status == "waiting_input" and snapshot.queued_messages == 0
     history = await handle.query("history", result_type=SessionHistory)
     texts = [m.text() for m in history.messages]
-    assert texts == ["do the thing", "first answer", "second question", "second answer", "third question", "third answer"]
+    assert texts == [
+        "do the thing",
+        "first answer",
+        "second question",
+        "second answer",
+        "third question",
+        "third answer",
+    ]
     assert await handle.execute_update("close_session", result_type=str) == "closed"
     result = await handle.result()
     assert result.status == "completed" and result.answer == "third answer" and result.user_turns == 3
@@ -81,7 +92,9 @@ async def test_chat_survives_continue_as_new_with_a_pending_approval_and_a_queue
             break
         await asyncio.sleep(0.1)
     assert snapshot.runs >= 2 and [p.tool_use_id for p in snapshot.pending_approvals] == ["e1"]
-    assert await handle.execute_update("send_message", UserMessage(text="second question"), result_type=int) == 2
+    assert (
+        await handle.execute_update("send_message", UserMessage(text="second question"), result_type=int) == 2
+    )
     assert (await handle.query("status", result_type=SessionStatus)).queued_messages == 1
     await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
     for _ in range(200):
@@ -94,7 +107,14 @@ async def test_chat_survives_continue_as_new_with_a_pending_approval_and_a_queue
     result = await handle.result()
     assert result.status == "completed"
     history = await handle.query("history", result_type=SessionHistory)
-    assert [m.role for m in history.messages] == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    assert [m.role for m in history.messages] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
     assert history.tool_calls[0].status == "done"
 
 
@@ -120,7 +140,9 @@ async def test_history_grows_linearly_over_200_steps(harness: Harness):
 
 async def history_grows_linearly(harness: Harness, steps: int) -> None:
     turns = [tool_use("big_output", {"chars": 5000}, id=f"b{i}") for i in range(steps)]
-    handle = await harness.start([*turns, answer("done")], limits={"max_steps": steps + 1, "token_budget": 10**12})
+    handle = await harness.start(
+        [*turns, answer("done")], limits={"max_steps": steps + 1, "token_budget": 10**12}
+    )
     result = await asyncio.wait_for(handle.result(), 240)
     assert result.status == "completed" and result.steps == steps + 1, result.error
     history = await handle.fetch_history()
@@ -151,7 +173,9 @@ async def test_chat_from_the_command_line(harness: Harness, dev_server, data_dir
                AGENT_DATA_DIR=str(data_dir))  # fmt: skip
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "client.py", *args], env=env, capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "client.py", *args], env=env, capture_output=True, text=True, timeout=60
+        )
 
     session = "chat-cli-1"
     harness.script(session, [answer("hello there"), answer("second reply")])
@@ -169,7 +193,11 @@ async def test_chat_from_the_command_line(harness: Harness, dev_server, data_dir
     assert closed.returncode == 0, closed.stderr
     status = await asyncio.to_thread(cli, "status", session, "--json")
     snapshot = json.loads(status.stdout)
-    assert snapshot["status"] == "completed" and snapshot["user_turns"] == 2 and snapshot["answer"] == "second reply"
+    assert (
+        snapshot["status"] == "completed"
+        and snapshot["user_turns"] == 2
+        and snapshot["answer"] == "second reply"
+    )
     again = await asyncio.to_thread(cli, "send", session, "too late")
     assert again.returncode == 1 and again.stderr.count("\n") == 1 and "Traceback" not in again.stderr
     empty = await asyncio.to_thread(cli, "send", session, "   ")
@@ -238,12 +266,18 @@ async def test_dropped_messages_can_be_summarised(harness: Harness):
     result = await asyncio.wait_for(handle.result(), 60)
     assert result.status == "completed"
     requests = harness.requests(handle.id)
-    summaries = [r for r in requests if "Summarise the conversation excerpt" in json.dumps(r["body"]["messages"])]
+    summaries = [
+        r for r in requests if "Summarise the conversation excerpt" in json.dumps(r["body"]["messages"])
+    ]
     assert summaries, "no summary call was made"
     first = json.dumps(requests[-1]["body"]["messages"][0])
     assert "Summary of them: [fake model] summary of" in first
     # One summary per cut, reused by the calls that keep the same cut.
-    cuts = {t.context_dropped for t in (await handle.query("history", result_type=SessionHistory)).trace if t.context_dropped}
+    cuts = {
+        t.context_dropped
+        for t in (await handle.query("history", result_type=SessionHistory)).trace
+        if t.context_dropped
+    }
     assert len(summaries) <= len(cuts)
 
 

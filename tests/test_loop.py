@@ -119,7 +119,10 @@ async def test_max_steps_runs_the_last_tools_then_stops(harness: Harness):
 
 
 async def test_token_budget_stops_before_the_tools_run(harness: Harness):
-    expensive = {**tool_use("save_note", {"title": "t", "text": "x"}), "usage": {"input_tokens": 900, "output_tokens": 200}}
+    expensive = {
+        **tool_use("save_note", {"title": "t", "text": "x"}),
+        "usage": {"input_tokens": 900, "output_tokens": 200},
+    }
     result = await harness.run([expensive, answer("never")], limits={"token_budget": 1000})
     assert result.status == "stopped" and result.stop_reason == "token_budget"
     assert [e for e in read_effects() if e["session_id"] == result.session_id] == []
@@ -127,7 +130,10 @@ async def test_token_budget_stops_before_the_tools_run(harness: Harness):
 
 
 async def test_cache_tokens_count_toward_the_budget(harness: Harness):
-    turn = {**tool_use("get_time"), "usage": {"input_tokens": 10, "output_tokens": 10, "cache_read_input_tokens": 2000}}
+    turn = {
+        **tool_use("get_time"),
+        "usage": {"input_tokens": 10, "output_tokens": 10, "cache_read_input_tokens": 2000},
+    }
     result = await harness.run([turn, answer("never")], limits={"token_budget": 1000})
     assert result.stop_reason == "token_budget"
     assert result.usage.cache_read_input_tokens == 2000
@@ -193,7 +199,9 @@ async def test_deny_gives_the_model_the_reason(harness: Harness):
     email = {"to": "a@example.com", "subject": "hi", "body": "x"}
     handle = await harness.start([tool_use("send_email", email, id="e1"), answer("ok, not sent")])
     await wait_for_status(handle, "waiting_approval")
-    assert await handle.execute_update("deny_call", Decision(tool_use_id="e1", reason="not today"), result_type=str)
+    assert await handle.execute_update(
+        "deny_call", Decision(tool_use_id="e1", reason="not today"), result_type=str
+    )
     result = await handle.result()
     assert result.status == "completed"
     sent = harness.requests(handle.id)[1]["body"]["messages"][-1]["content"][0]
@@ -216,7 +224,11 @@ async def test_approval_rules(harness: Harness):
         await handle.execute_update("deny_call", Decision(tool_use_id="e1"), result_type=str)
         raise AssertionError("a second decision was accepted")
     except WorkflowUpdateFailedError as err:
-        assert "already decided" in str(err.cause) or "has ended" in str(err.cause) or "completed" in str(err.cause)
+        assert (
+            "already decided" in str(err.cause)
+            or "has ended" in str(err.cause)
+            or "completed" in str(err.cause)
+        )
     result = await handle.result()
     assert result.status == "completed" and result.pending_approvals == []
     effects = [e for e in read_effects() if e["session_id"] == handle.id]
@@ -233,7 +245,9 @@ async def test_invalid_input_is_caught_before_approval(harness: Harness):
 
 async def test_pause_then_resume(harness: Harness):
     # 3 s of tool: room for the pause to arrive while it runs, however slow the machine.
-    handle = await harness.start([{**tool_use("slow_upsert", {"key": "k", "seconds": 3}), "delay": 0}, answer("done")])
+    handle = await harness.start(
+        [{**tool_use("slow_upsert", {"key": "k", "seconds": 3}), "delay": 0}, answer("done")]
+    )
     await until_calls(handle, "running")
     await handle.execute_update("pause_session", result_type=str)
     history = await until_calls(handle, "done")  # the tool finishes; the next model call must not start
@@ -288,7 +302,9 @@ class HoldOpen(Interceptor):
     Once the workflow has closed, the server refuses every update before the workflow sees
     it; held open, a control after the end reaches the session's own rule."""
 
-    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
         return _HoldOpenInbound
 
 
@@ -301,7 +317,9 @@ class _HoldOpenInbound(WorkflowInboundInterceptor):
         return result
 
 
-async def test_controls_after_the_end_are_rejected(client: Client, fake_model: FakeModelServer, data_dir: Path):
+async def test_controls_after_the_end_are_rejected(
+    client: Client, fake_model: FakeModelServer, data_dir: Path
+):
     queue = f"test-{uuid.uuid4().hex[:8]}"
     model = model_activities(fake_model, data_dir)
     async with build_worker(client, TOOLS, queue=queue, model=model, interceptors=[HoldOpen()]):
@@ -313,12 +331,17 @@ async def test_controls_after_the_end_are_rejected(client: Client, fake_model: F
             with pytest.raises(WorkflowUpdateFailedError) as refused:
                 await handle.execute_update(update, *args, result_type=str)
             cause = refused.value.cause
-            assert isinstance(cause, ApplicationError) and cause.message == f"session {handle.id} is completed; cannot {verb}"
+            assert (
+                isinstance(cause, ApplicationError)
+                and cause.message == f"session {handle.id} is completed; cannot {verb}"
+            )
         for signal, _, args in controls:
             await handle.signal(signal.removesuffix("_session"), *args)  # the signal path: ignored
         after = await handle.query("status", result_type=SessionStatus)
         changed = {"updated_at", "temporal_actions"}
-        assert after.status == "completed" and after.model_dump(exclude=changed) == ended.model_dump(exclude=changed)
+        assert after.status == "completed" and after.model_dump(exclude=changed) == ended.model_dump(
+            exclude=changed
+        )
         # Each ignored signal is still a billable action; a rejected update leaves no trace to count.
         assert after.temporal_actions == ended.temporal_actions + len(controls)
         accepted = [e async for e in handle.fetch_history_events()
@@ -340,7 +363,9 @@ async def until_calls(handle, status: str, timeout: float = 30) -> SessionHistor
         if history.tool_calls and all(c.status == status for c in history.tool_calls):
             return history
         if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"tool calls stayed {[c.status for c in history.tool_calls]}, wanted {status}")
+            raise AssertionError(
+                f"tool calls stayed {[c.status for c in history.tool_calls]}, wanted {status}"
+            )
         await asyncio.sleep(0.05)
 
 

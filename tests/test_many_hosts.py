@@ -81,14 +81,24 @@ class HostsHarness(ProcessHarness):
 
 
 @pytest_asyncio.fixture
-async def hosts(client: Client, dev_server, fake_model: FakeModelServer, s3_env, tmp_path: Path) -> AsyncIterator[HostsHarness]:
+async def hosts(
+    client: Client, dev_server, fake_model: FakeModelServer, s3_env, tmp_path: Path
+) -> AsyncIterator[HostsHarness]:
     def host(name: str, queue: str | None) -> Workers:
         # A killed host's model call is noticed within 3 s, not at its own timeout.
-        return Workers(address=dev_server.address, model_url=fake_model.url, data_dir=tmp_path / name,
-                       log_dir=tmp_path / f"logs-{name}", task_queue=queue, args=["--heartbeat-timeout", "3"])
+        return Workers(
+            address=dev_server.address,
+            model_url=fake_model.url,
+            data_dir=tmp_path / name,
+            log_dir=tmp_path / f"logs-{name}",
+            task_queue=queue,
+            args=["--heartbeat-timeout", "3"],
+        )
 
     queue = f"hosts-{uuid.uuid4().hex[:8]}"
-    harness = HostsHarness(client, fake_model, Hosts([host(f"host-{n}", queue) for n in range(3)]), host("alone", None))
+    harness = HostsHarness(
+        client, fake_model, Hosts([host(f"host-{n}", queue) for n in range(3)]), host("alone", None)
+    )
     try:
         yield harness
     finally:
@@ -125,7 +135,10 @@ async def step_bytes(handle: WorkflowHandle) -> tuple[int, int, int]:
     async for event in handle.fetch_history_events():
         size = event.ByteSize()
         total += size
-        if event.event_type in (EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED):
+        if event.event_type in (
+            EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+        ):
             activity += size
         failure = event.activity_task_failed_event_attributes.failure
         if (
@@ -150,8 +163,9 @@ async def run_moving_session(h: HostsHarness, steps: int) -> None:
     limits = {**LIMITS, "max_steps": steps + 5}
     moving = await h.start(script(steps, kill_steps), goal="a long session", limits=limits)
     # The same session on one host, at the same time, for the history figures.
-    solo = await start_session(h.client, h.fake_model, h.alone.task_queue, script(steps, set()),
-                               goal="a long session", limits=limits)
+    solo = await start_session(
+        h.client, h.fake_model, h.alone.task_queue, script(steps, set()), goal="a long session", limits=limits
+    )
     h.handles.append(solo)
     h.alone.start()
 
@@ -182,14 +196,21 @@ async def run_moving_session(h: HostsHarness, steps: int) -> None:
         print("SOLO", await breakdown(solo))
     assert abs(activity - solo_activity) <= 0.02 * solo_activity
     assert max(recoveries) < 40
-    record(AREA, f"a {steps}-step session moved across 3 hosts by 2 kills (-9), one S3 store, a 1 MB tool output",
-           "completed; the 1 MB output read on another host; no transcript re-sent",
-           {"whole-transcript resends": str(resends),
+    record(
+        AREA,
+        f"a {steps}-step session moved across 3 hosts by 2 kills (-9), one S3 store, a 1 MB tool output",
+        "completed; the 1 MB output read on another host; no transcript re-sent",
+        {
+            "whole-transcript resends": str(resends),
             "history per step": f"{total // steps:,} B moved, {solo_total // steps:,} B on one host",
             "activity events per step": f"{activity // steps:,} B moved, {solo_activity // steps:,} B on one host",
-            "recovery (kill to next model request)": ", ".join(f"{r:.1f} s" for r in recoveries)})
-    print(f"steps={steps} resends={resends} history/step moved={total / steps:.0f} one-host={solo_total / steps:.0f} "
-          f"activity/step moved={activity / steps:.0f} one-host={solo_activity / steps:.0f} recoveries={recoveries}")
+            "recovery (kill to next model request)": ", ".join(f"{r:.1f} s" for r in recoveries),
+        },
+    )
+    print(
+        f"steps={steps} resends={resends} history/step moved={total / steps:.0f} one-host={solo_total / steps:.0f} "
+        f"activity/step moved={activity / steps:.0f} one-host={solo_activity / steps:.0f} recoveries={recoveries}"
+    )
 
 
 async def test_a_session_moves_across_three_hosts(hosts: HostsHarness):

@@ -262,7 +262,9 @@ async def test_an_http_server_killed_mid_call_fails_the_call_at_once(tmp_path: P
 
 async def test_a_stdio_server_killed_mid_call_is_started_again_for_the_next_call(tmp_path: Path) -> None:
     started = tmp_path / "slow-started"
-    acts, _ = make(tmp_path, local=McpServer(command=STDIO, env={**ENV, SLOW_STARTED: str(started)}, timeout_seconds=10))
+    acts, _ = make(
+        tmp_path, local=McpServer(command=STDIO, env={**ENV, SLOW_STARTED: str(started)}, timeout_seconds=10)
+    )
     try:
         first = await server_pid(acts, "local")
         call = asyncio.create_task(

@@ -51,7 +51,9 @@ class Approver:
 
     async def __call__(self, context: Any, params: ElicitRequestParams) -> ElicitResult:
         self.asked.append(params)
-        return ElicitResult(action="accept", content={"decision": "approve", "reason": "", "input": json.dumps(EDITED)})
+        return ElicitResult(
+            action="accept", content={"decision": "approve", "reason": "", "input": json.dumps(EDITED)}
+        )
 
 
 class Progress:
@@ -80,18 +82,25 @@ async def decided(client: TemporalClient, session_id: str, tool_use_id: str) -> 
     return next(c for c in history["tool_calls"] if c["tool_use_id"] == tool_use_id)
 
 
-async def approved_with_elicitation(mcp: Client, fake_model: FakeModelServer, temporal: TemporalClient, user: str) -> None:
+async def approved_with_elicitation(
+    mcp: Client, fake_model: FakeModelServer, temporal: TemporalClient, user: str
+) -> None:
     """Start a session whose email waits for approval; wait_for_session asks the person (the
     client's callback approves with an edited input) and returns when the session ends."""
     session_id = new_id()
     fake_model.script.set(
-        session_id, [tool_use("send_email", EMAIL, id="e1", text="Emailing the team."), answer("Sent it, as asked.")]
+        session_id,
+        [tool_use("send_email", EMAIL, id="e1", text="Emailing the team."), answer("Sent it, as asked.")],
     )
-    started = result(await mcp.call_tool("start_session", {"goal": "email the team", "session_id": session_id}))
+    started = result(
+        await mcp.call_tool("start_session", {"goal": "email the team", "session_id": session_id})
+    )
     assert started["session_id"] == session_id and started["status"] in ("running", "waiting_approval")
     progress = Progress()
     waited = result(
-        await mcp.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 60}, progress_callback=progress)
+        await mcp.call_tool(
+            "wait_for_session", {"session_id": session_id, "timeout_seconds": 60}, progress_callback=progress
+        )
     )
     assert waited["status"] == "completed" and waited["returned_because"] == "ended", waited
     assert waited["answer"] == "Sent it, as asked." and waited["user_id"] == user
@@ -118,7 +127,9 @@ def assert_asked_with_a_flat_form(asked: list[ElicitRequestParams]) -> None:
 
 
 @pytest_asyncio.fixture
-async def stdio(dev_server: temporal_server.DevServer, harness: Harness, data_dir: Path) -> AsyncIterator[StdioServerParameters]:
+async def stdio(
+    dev_server: temporal_server.DevServer, harness: Harness, data_dir: Path
+) -> AsyncIterator[StdioServerParameters]:
     env = {
         **os.environ, "TEMPORAL_ADDRESS": dev_server.address, "TEMPORAL_NAMESPACE": "default",
         "TEMPORAL_TASK_QUEUE": harness.task_queue, "AGENT_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1",
@@ -144,12 +155,16 @@ async def test_stdio_with_elicitation_approves_with_an_edited_input(
 ):
     approver, wire = Approver(), Wire()
     with tempfile.TemporaryFile("w+") as stderr:
-        async with Client(stdio_client(stdio, errlog=stderr), mode=mode, elicitation_callback=approver, message_handler=wire) as mcp:
+        async with Client(
+            stdio_client(stdio, errlog=stderr), mode=mode, elicitation_callback=approver, message_handler=wire
+        ) as mcp:
             assert mcp.protocol_version == (MODERN if mode == MODERN else "2025-11-25")
             listed = {t.name: t for t in (await mcp.list_tools()).tools}
             assert set(listed) == TOOLS
             assert all(t.output_schema and t.input_schema["type"] == "object" for t in listed.values())
-            assert all(listed[n].annotations.read_only_hint for n in ("get_session", "list_sessions", "list_agents"))  # pyright: ignore[reportOptionalMemberAccess]
+            assert all(
+                listed[n].annotations.read_only_hint for n in ("get_session", "list_sessions", "list_agents")
+            )  # pyright: ignore[reportOptionalMemberAccess]
             assert listed["cancel_session"].annotations.destructive_hint  # pyright: ignore[reportOptionalMemberAccess]
             assert not any(listed[n].annotations.destructive_hint for n in TOOLS - {"cancel_session"})  # pyright: ignore[reportOptionalMemberAccess]
             await approved_with_elicitation(mcp, fake_model, harness.client, MCP_USER)
@@ -165,45 +180,80 @@ async def test_stdio_without_elicitation_returns_the_pending_calls(
     session_id = new_id()
     fake_model.script.set(
         session_id,
-        [tool_use("send_email", EMAIL, id="e1"), tool_use("send_email", EMAIL, id="e2"), answer("One sent, one not.")],
+        [
+            tool_use("send_email", EMAIL, id="e1"),
+            tool_use("send_email", EMAIL, id="e2"),
+            answer("One sent, one not."),
+        ],
     )
     async with Client(stdio) as mcp:
         result(await mcp.call_tool("start_session", {"goal": "email twice", "session_id": session_id}))
-        waited = result(await mcp.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 30}))
+        waited = result(
+            await mcp.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 30})
+        )
         assert waited["returned_because"] == "waiting_approval", waited
-        assert [p["tool_use_id"] for p in waited["pending_approvals"]] == ["e1"] and waited["pending_approvals"][0]["input"] == EMAIL
+        assert [p["tool_use_id"] for p in waited["pending_approvals"]] == ["e1"] and waited[
+            "pending_approvals"
+        ][0]["input"] == EMAIL
         bad = error_line(await mcp.call_tool(
             "approve_tool_call", {"session_id": session_id, "tool_use_id": "e1", "input": {**EMAIL, "to": "not an address"}}
         ))  # fmt: skip
         assert "to" in bad, bad
-        approved = result(await mcp.call_tool("approve_tool_call", {"session_id": session_id, "tool_use_id": "e1", "input": EDITED}))
+        approved = result(
+            await mcp.call_tool(
+                "approve_tool_call", {"session_id": session_id, "tool_use_id": "e1", "input": EDITED}
+            )
+        )
         assert approved["session_id"] == session_id
-        again = error_line(await mcp.call_tool("approve_tool_call", {"session_id": session_id, "tool_use_id": "e1"}))
+        again = error_line(
+            await mcp.call_tool("approve_tool_call", {"session_id": session_id, "tool_use_id": "e1"})
+        )
         assert "e1" in again, again
-        waited = result(await mcp.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 30}))
+        waited = result(
+            await mcp.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 30})
+        )
         assert [p["tool_use_id"] for p in waited["pending_approvals"]] == ["e2"], waited
-        result(await mcp.call_tool("deny_tool_call", {"session_id": session_id, "tool_use_id": "e2", "reason": "once is enough"}))
-        waited = result(await mcp.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 30}))
+        result(
+            await mcp.call_tool(
+                "deny_tool_call", {"session_id": session_id, "tool_use_id": "e2", "reason": "once is enough"}
+            )
+        )
+        waited = result(
+            await mcp.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 30})
+        )
         assert waited["status"] == "completed" and waited["answer"] == "One sent, one not.", waited
-        first, second = await decided(harness.client, session_id, "e1"), await decided(harness.client, session_id, "e2")
+        first, second = (
+            await decided(harness.client, session_id, "e1"),
+            await decided(harness.client, session_id, "e2"),
+        )
         assert first["approved_input"] == EDITED and first["decided_by"] == MCP_USER
-        assert second["status"] == "denied" and second["reason"] == "once is enough" and second["decided_by"] == MCP_USER
+        assert (
+            second["status"] == "denied"
+            and second["reason"] == "once is enough"
+            and second["decided_by"] == MCP_USER
+        )
 
         status = json.loads(_text(await mcp.read_resource(f"session://{session_id}")))
         assert status["status"] == "completed" and status["session_id"] == session_id
         transcript = json.loads(_text(await mcp.read_resource(f"session://{session_id}/transcript")))
-        assert transcript[0]["role"] == "user" and transcript[-1]["content"][0]["text"] == "One sent, one not."
+        assert (
+            transcript[0]["role"] == "user" and transcript[-1]["content"][0]["text"] == "One sent, one not."
+        )
         listed = result(await mcp.call_tool("list_sessions", {"limit": 200}))
         assert session_id in {s["session_id"] for s in listed["sessions"]}
         assert {"name", "description"} <= set(result(await mcp.call_tool("list_agents", {}))["agents"][0])
 
         assert "no session 'nope'" in error_line(await mcp.call_tool("get_session", {"session_id": "nope"}))
-        too_long = error_line(await mcp.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 601}))
+        too_long = error_line(
+            await mcp.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 601})
+        )
         assert "timeout_seconds" in too_long, too_long
         assert "has ended" in error_line(await mcp.call_tool("pause_session", {"session_id": session_id}))
 
 
-async def test_stdio_steers_a_chat(stdio: StdioServerParameters, harness: Harness, fake_model: FakeModelServer):
+async def test_stdio_steers_a_chat(
+    stdio: StdioServerParameters, harness: Harness, fake_model: FakeModelServer
+):
     """send_message, pause, resume, close and cancel, each answering the status."""
     chat, other = new_id("chat"), new_id()
     fake_model.script.set(chat, [answer("Hello."), answer("Second answer.")])
@@ -220,7 +270,12 @@ async def test_stdio_steers_a_chat(stdio: StdioServerParameters, harness: Harnes
         assert waited["answer"] == "Second answer." and waited["user_turns"] == 2, waited
         closed = result(await mcp.call_tool("close_session", {"session_id": chat}))
         assert closed["session_id"] == chat
-        assert result(await mcp.call_tool("wait_for_session", {"session_id": chat, "timeout_seconds": 30}))["status"] == "completed"
+        assert (
+            result(await mcp.call_tool("wait_for_session", {"session_id": chat, "timeout_seconds": 30}))[
+                "status"
+            ]
+            == "completed"
+        )
 
         result(await mcp.call_tool("start_session", {"goal": "wait", "session_id": other}))
         short = result(await mcp.call_tool("wait_for_session", {"session_id": other, "timeout_seconds": 1}))

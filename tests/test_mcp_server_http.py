@@ -42,12 +42,16 @@ async def api(
     client: TemporalClient, dev_server: temporal_server.DevServer, fake_model: FakeModelServer, data_dir: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[ApiProcess]:  # fmt: skip
-    async with serve_api(client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("mcp-api")) as server:
+    async with serve_api(
+        client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("mcp-api")
+    ) as server:
         yield server
 
 
 def over_http(api: ApiProcess, user: str, mode: str = MODERN, **kwargs: Any) -> Client:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKENS[user]}"}, timeout=httpx2.Timeout(30, read=120))
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {TOKENS[user]}"}, timeout=httpx2.Timeout(30, read=120)
+    )
     return Client(streamable_http_client(f"{api.url}/mcp", http_client=http), mode=mode, **kwargs)
 
 
@@ -67,7 +71,9 @@ async def test_http_a_user_reaches_only_their_own_sessions(api: ApiProcess, fake
     fake_model.script.set(session_id, [tool_use("send_email", EMAIL, id="e1"), answer("done")])
     async with over_http(api, "alice") as alice, over_http(api, "bob") as bob, over_http(api, "olga") as olga:
         result(await alice.call_tool("start_session", {"goal": "email", "session_id": session_id}))
-        waited = result(await alice.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 30}))
+        waited = result(
+            await alice.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 30})
+        )
         assert waited["returned_because"] == "waiting_approval" and waited["user_id"] == "alice"
         for name, args in [
             ("get_session", {}), ("wait_for_session", {"timeout_seconds": 1}), ("approve_tool_call", {"tool_use_id": "e1"}),
@@ -77,12 +83,21 @@ async def test_http_a_user_reaches_only_their_own_sessions(api: ApiProcess, fake
             assert f"no session {session_id!r}" in refused, (name, refused)
         with pytest.raises(Exception, match="no session"):
             await bob.read_resource(f"session://{session_id}/transcript")
-        assert session_id not in {s["session_id"] for s in result(await bob.call_tool("list_sessions", {}))["sessions"]}
+        assert session_id not in {
+            s["session_id"] for s in result(await bob.call_tool("list_sessions", {}))["sessions"]
+        }
         # An operator sees and decides every session; the decision is theirs.
-        assert session_id in {s["session_id"] for s in result(await olga.call_tool("list_sessions", {}))["sessions"]}
+        assert session_id in {
+            s["session_id"] for s in result(await olga.call_tool("list_sessions", {}))["sessions"]
+        }
         result(await olga.call_tool("approve_tool_call", {"session_id": session_id, "tool_use_id": "e1"}))
-        assert result(await alice.call_tool("wait_for_session", {"session_id": session_id}))["status"] == "completed"
+        assert (
+            result(await alice.call_tool("wait_for_session", {"session_id": session_id}))["status"]
+            == "completed"
+        )
     async with httpx2.AsyncClient() as http:
         for headers in ({}, {"Authorization": "Bearer wrong-token-000"}, {"Cookie": "agent_session=x"}):
             refused = await http.post(f"{api.url}/mcp", headers=headers, json={})
-            assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer", refused.text
+            assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer", (
+                refused.text
+            )

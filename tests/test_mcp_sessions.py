@@ -29,7 +29,9 @@ AGENT = AgentSpec(name="mcp-user", mcp_servers=["local", "remote"], approval={"r
 
 
 @pytest_asyncio.fixture
-async def mcp_harness(client: Client, fake_model, data_dir, tmp_path) -> AsyncIterator[tuple[Harness, HttpServer]]:
+async def mcp_harness(
+    client: Client, fake_model, data_dir, tmp_path
+) -> AsyncIterator[tuple[Harness, HttpServer]]:
     http = HttpServer(env={SLOW_STARTED: str(tmp_path / "slow-started")})
     mcp = McpActivities(
         {"local": McpServer(command=STDIO, env=ENV, timeout_seconds=5),
@@ -60,7 +62,11 @@ async def test_mcp_tools_over_stdio_and_http_with_approval(mcp_harness):
     tools = [t["name"] for t in harness.requests(handle.id)[0]["body"]["tools"]]
     assert "local__greet" in tools and "remote__set_value" in tools and "get_time" in tools
     calls = {c.tool_use_id: c for c in (await handle.query(AgentWorkflow.history)).tool_calls}
-    assert calls["g1"].status == "done" and calls["g1"].output == "hello, Ada" and calls["g1"].policy == "read_only"
+    assert (
+        calls["g1"].status == "done"
+        and calls["g1"].output == "hello, Ada"
+        and calls["g1"].policy == "read_only"
+    )
     assert calls["s1"].status == "done" and calls["s1"].output == "k=7" and calls["s1"].approval == "required"
     record(AREA, "MCP tools over stdio and streamable HTTP in a session",
            "listed at start as SERVER__TOOL beside the Python tools, called as activities, approval by the agent's "

@@ -280,7 +280,13 @@ async def test_the_assistant_agent_on_an_openai_model(chat: ChatHarness):
     from sessions import start_input
 
     turns = [
-        calls({"name": "send_email", "input": {"to": "team@example.com", "subject": "hi", "body": "x"}, "id": "call_e1"}),
+        calls(
+            {
+                "name": "send_email",
+                "input": {"to": "team@example.com", "subject": "hi", "body": "x"},
+                "id": "call_e1",
+            }
+        ),
         answer("Sent."),
     ]
     session_input = start_input.session_input(
@@ -299,8 +305,17 @@ async def test_the_assistant_agent_on_an_openai_model(chat: ChatHarness):
     result = await asyncio.wait_for(handle.result(), 30)
     assert result.status == "completed" and result.agent == "assistant" and result.model == MODEL
     sent = chat.requests(session_id)[0]["body"]
-    assert [t["function"]["name"] for t in sent["tools"]] == ["get_time", "save_note", "send_email", "agent__researcher"]
+    assert [t["function"]["name"] for t in sent["tools"]] == [
+        "get_time",
+        "save_note",
+        "send_email",
+        "agent__researcher",
+    ]
     call = (await history_of(handle)).tool_calls[0]
     assert call.status == "done" and call.approval == "required"
-    record(AREA, "the `assistant` agent from agents.toml on an `openai:` model",
-           "its tools and sub-agent tool sent as functions; its approval rule holds; completed", {})
+    record(
+        AREA,
+        "the `assistant` agent from agents.toml on an `openai:` model",
+        "its tools and sub-agent tool sent as functions; its approval rule holds; completed",
+        {},
+    )

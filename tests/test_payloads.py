@@ -41,7 +41,9 @@ def undecodable_text() -> str:
 
 
 @pytest_asyncio.fixture
-async def payload_harness(client: Client, fake_model: FakeModelServer, data_dir: Path) -> AsyncIterator[Harness]:
+async def payload_harness(
+    client: Client, fake_model: FakeModelServer, data_dir: Path
+) -> AsyncIterator[Harness]:
     queue = f"test-{uuid.uuid4().hex[:8]}"
     tools = [*TOOLS, binary_blob, undecodable_text]
     async with build_worker(client, tools, queue=queue, model=model_activities(fake_model, data_dir)):
@@ -77,15 +79,21 @@ async def test_five_megabyte_tool_output_is_cut_and_the_session_completes(payloa
     assert sent.startswith("x" * 8000) and f"[truncated {5 * MB - 8000} of {5 * MB} characters" in sent
     _total, largest = await history_bytes(handle)
     assert largest < 100_000
-    record(AREA, "a tool returns 5 MB of text (default `max_tool_output` 8,000)",
-           "cut to 8,000 characters with a note to the model; completed", {"largest history event": f"{largest:,} B"})
+    record(
+        AREA,
+        "a tool returns 5 MB of text (default `max_tool_output` 8,000)",
+        "cut to 8,000 characters with a note to the model; completed",
+        {"largest history event": f"{largest:,} B"},
+    )
 
 
 async def test_two_one_megabyte_results_at_the_largest_output_limit(payload_harness: Harness):
     # max_tool_output at its maximum: two results of 1,000,000 characters go to the model
     # in one request, more than Temporal's 2 MB payload limit together.
     h = payload_harness
-    turn = {"tool_calls": [{"name": "big_output", "input": {"chars": 5 * MB}, "id": f"b{i}"} for i in range(2)]}
+    turn = {
+        "tool_calls": [{"name": "big_output", "input": {"chars": 5 * MB}, "id": f"b{i}"} for i in range(2)]
+    }
     handle = await h.start([turn, answer("done")], limits={"max_tool_output": 1_000_000})
     result = await finish(handle)
     assert result.status == "completed"
@@ -95,9 +103,12 @@ async def test_two_one_megabyte_results_at_the_largest_output_limit(payload_harn
     assert [c.status for c in history.tool_calls] == ["done", "done"]
     total, largest = await history_bytes(handle)
     assert largest < 2 * MB
-    record(AREA, "two tool results of 1,000,000 characters in one step (`max_tool_output` at its maximum)",
-           "completed: payloads above 256 KB go to external storage, history keeps references",
-           {"history": f"{total:,} B", "largest event": f"{largest:,} B"})
+    record(
+        AREA,
+        "two tool results of 1,000,000 characters in one step (`max_tool_output` at its maximum)",
+        "completed: payloads above 256 KB go to external storage, history keeps references",
+        {"history": f"{total:,} B", "largest event": f"{largest:,} B"},
+    )
 
 
 async def test_model_response_near_the_payload_limit(payload_harness: Harness):
@@ -108,8 +119,12 @@ async def test_model_response_near_the_payload_limit(payload_harness: Harness):
     assert result.status == "completed" and result.answer == text
     total, largest = await history_bytes(handle)
     assert largest < 2 * MB
-    record(AREA, "a model response of 2 MB minus 50 KB", "completed; the answer is whole",
-           {"history": f"{total:,} B", "largest event": f"{largest:,} B"})
+    record(
+        AREA,
+        "a model response of 2 MB minus 50 KB",
+        "completed; the answer is whole",
+        {"history": f"{total:,} B", "largest event": f"{largest:,} B"},
+    )
 
 
 async def test_binary_output_is_described_not_sent(payload_harness: Harness):
@@ -119,7 +134,12 @@ async def test_binary_output_is_described_not_sent(payload_harness: Harness):
     assert result.status == "completed"
     sent = h.requests(handle.id)[1]["body"]["messages"][-1]["content"][0]
     assert sent["content"] == f"[binary output, {3 * MB} bytes, not shown]" and not sent.get("is_error")
-    record(AREA, "a tool returns 3 MB of bytes", "the model gets \"[binary output, N bytes, not shown]\"; completed", {})
+    record(
+        AREA,
+        "a tool returns 3 MB of bytes",
+        'the model gets "[binary output, N bytes, not shown]"; completed',
+        {},
+    )
 
 
 async def test_text_that_is_not_valid_unicode_is_escaped(payload_harness: Harness):
@@ -132,8 +152,12 @@ async def test_text_that_is_not_valid_unicode_is_escaped(payload_harness: Harnes
     assert sent["content"] == "name-\\udcff\\udcfe-\x00-end"
     history = await handle.query("history", result_type=SessionHistory)
     assert history.tool_calls[0].status == "done"
-    record(AREA, "a tool returns text with undecodable bytes (lone surrogates) and NUL",
-           "escaped (`\\udcff`), sent once; completed", {})
+    record(
+        AREA,
+        "a tool returns text with undecodable bytes (lone surrogates) and NUL",
+        "escaped (`\\udcff`), sent once; completed",
+        {},
+    )
 
 
 async def test_huge_goal_at_the_limit(payload_harness: Harness):
@@ -145,8 +169,12 @@ async def test_huge_goal_at_the_limit(payload_harness: Harness):
     sent = h.requests(handle.id)[0]["body"]["messages"][0]["content"][0]["text"]
     assert sent == goal
     _total, largest = await history_bytes(handle)
-    record(AREA, "a goal of 200,000 characters (800 KB of UTF-8), the most a goal may have",
-           "completed; the model got the goal whole", {"largest event": f"{largest:,} B"})
+    record(
+        AREA,
+        "a goal of 200,000 characters (800 KB of UTF-8), the most a goal may have",
+        "completed; the model got the goal whole",
+        {"largest event": f"{largest:,} B"},
+    )
 
 
 def test_a_bigger_goal_is_refused_before_it_starts():

@@ -34,7 +34,9 @@ async def accepted_updates(handle) -> list[str]:
     names = []
     async for event in handle.fetch_history_events():
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-            names.append(event.workflow_execution_update_accepted_event_attributes.accepted_request.input.name)
+            names.append(
+                event.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+            )
     return names
 
 
@@ -82,8 +84,12 @@ async def test_second_decision_is_rejected_and_changes_nothing(harness: Harness)
     assert result.status == "completed"
     assert len(effects(handle.id)) == 2  # each email sent once
     assert await accepted_updates(handle) == ["approve_call", "approve_call"]
-    record(AREA, "approve sent twice; deny after approve (updates and signals)",
-           f"rejected: \"{again}\"; the signals are ignored; state unchanged; the email went out once", {})
+    record(
+        AREA,
+        "approve sent twice; deny after approve (updates and signals)",
+        f'rejected: "{again}"; the signals are ignored; state unchanged; the email went out once',
+        {},
+    )
 
 
 async def test_deny_twice_then_approve_is_rejected(harness: Harness):
@@ -101,7 +107,12 @@ async def test_deny_twice_then_approve_is_rejected(harness: Harness):
     assert result.status == "completed" and effects(handle.id) == []
     history = await handle.query("history", result_type=SessionHistory)
     assert [c.status for c in history.tool_calls] == ["denied", "denied"]
-    record(AREA, "deny sent twice; approve after deny", "rejected (already decided); the email never went out", {})
+    record(
+        AREA,
+        "deny sent twice; approve after deny",
+        "rejected (already decided); the email never went out",
+        {},
+    )
 
 
 async def test_unknown_ids_are_rejected_while_a_call_waits(harness: Harness):
@@ -119,8 +130,12 @@ async def test_unknown_ids_are_rejected_while_a_call_waits(harness: Harness):
     await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
     assert (await handle.result()).status == "completed"
     assert await accepted_updates(handle) == ["approve_call"]
-    record(AREA, "approve/deny for an unknown tool_use_id",
-           "rejected, naming the calls that do wait; the waiting call is untouched and can still be approved", {})
+    record(
+        AREA,
+        "approve/deny for an unknown tool_use_id",
+        "rejected, naming the calls that do wait; the waiting call is untouched and can still be approved",
+        {},
+    )
 
 
 async def test_decisions_after_cancel_are_rejected(harness: Harness):
@@ -140,8 +155,12 @@ async def test_decisions_after_cancel_are_rejected(harness: Harness):
     assert state(history) == before
     assert history.tool_calls[0].status == "not_run"
     assert effects(handle.id) == [] and len(harness.requests(handle.id)) == 1
-    record(AREA, "approve/deny/cancel after the session was cancelled",
-           "rejected (the session has ended); the call stays `not_run`; nothing ran", {})
+    record(
+        AREA,
+        "approve/deny/cancel after the session was cancelled",
+        "rejected (the session has ended); the call stays `not_run`; nothing ran",
+        {},
+    )
 
 
 async def status_events(client, handle) -> list[str]:
@@ -207,11 +226,14 @@ async def test_fifty_pause_resume_signal_pairs_at_once(harness: Harness):
     assert during == changes, (statuses, changes)
     after = statuses[first_wait + 1 + len(changes) :]
     assert after == ["running", "completed"], statuses  # resumed (the email approved), then done
-    record(AREA, "50 pause/resume signal pairs at once",
-           "all 100 recorded; each status change is the one the rule gives for the signals in the server's order "
-           "(a pause on a session not paused, a resume on a paused one); approved while paused, the tool waits for resume; "
-           "the session completes, each step once",
-           {"100 signals sent in": f"{sent_in:.2f} s", "status changes they made": made})
+    record(
+        AREA,
+        "50 pause/resume signal pairs at once",
+        "all 100 recorded; each status change is the one the rule gives for the signals in the server's order "
+        "(a pause on a session not paused, a resume on a paused one); approved while paused, the tool waits for resume; "
+        "the session completes, each step once",
+        {"100 signals sent in": f"{sent_in:.2f} s", "status changes they made": made},
+    )
 
 
 async def test_fifty_pause_resume_update_pairs_at_once_stay_consistent(harness: Harness):
@@ -254,9 +276,12 @@ async def test_fifty_pause_resume_update_pairs_at_once_stay_consistent(harness: 
         await handle.execute_update("resume_session", result_type=str)
     result = await asyncio.wait_for(handle.result(), 30)
     assert result.status == "completed" and len(harness.requests(handle.id)) == 2
-    record(AREA, "50 pause/resume update pairs at once",
-           "each accepted or rejected with a reason; the accepted ones alternate; the final state matches them",
-           {"accepted": f"{paused} pauses, {resumed} resumes of 50 each"})
+    record(
+        AREA,
+        "50 pause/resume update pairs at once",
+        "each accepted or rejected with a reason; the accepted ones alternate; the final state matches them",
+        {"accepted": f"{paused} pauses, {resumed} resumes of 50 each"},
+    )
 
 
 async def calls_in(handle, status: str, count: int) -> SessionHistory:
@@ -277,8 +302,11 @@ async def model_calls_scheduled(handle) -> int:
 
 async def test_pause_during_tool_calls_lets_them_finish_and_stops_before_the_model(harness: Harness):
     # 3 s each: room for the pause to arrive while they run, however slow the machine.
-    turn = {"tool_calls": [{"name": "slow_upsert", "input": {"key": f"k{i}", "seconds": 3}, "id": f"u{i}"}
-                           for i in range(3)]}
+    turn = {
+        "tool_calls": [
+            {"name": "slow_upsert", "input": {"key": f"k{i}", "seconds": 3}, "id": f"u{i}"} for i in range(3)
+        ]
+    }
     handle = await harness.start([turn, answer("all done")])
     await calls_in(handle, "running", 3)
     await handle.execute_update("pause_session", result_type=str)
@@ -293,6 +321,9 @@ async def test_pause_during_tool_calls_lets_them_finish_and_stops_before_the_mod
     result = await handle.result()
     assert result.status == "completed" and len(harness.requests(handle.id)) == 2
     resumed_to_call = harness.requests(handle.id)[1]["at"] - resumed_at
-    record(AREA, "pause while three tool calls run",
-           "the calls finish (results kept), no model call starts until resume; then it completes",
-           {"model calls while paused": 0, "resume to next model call": f"{resumed_to_call:.2f} s"})
+    record(
+        AREA,
+        "pause while three tool calls run",
+        "the calls finish (results kept), no model call starts until resume; then it completes",
+        {"model calls while paused": 0, "resume to next model call": f"{resumed_to_call:.2f} s"},
+    )

@@ -33,6 +33,9 @@ async def test_history_replays(path: Path):
     replayer = Replayer(workflows=[AgentWorkflow], data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
-    record("Determinism", f"replay of the recorded `{path.stem}` history",
-           "replays with the current workflow code, no non-determinism",
-           {"events": len(raw["events"])})
+    record(
+        "Determinism",
+        f"replay of the recorded `{path.stem}` history",
+        "replays with the current workflow code, no non-determinism",
+        {"events": len(raw["events"])},
+    )

@@ -77,7 +77,9 @@ async def procs(
     own_server: OwnServer, fake_model: FakeModelServer, data_dir: Path, tmp_path: Path
 ) -> AsyncIterator[ProcessHarness]:
     client = await connect(target_host=own_server.address)
-    workers = Workers(address=own_server.address, model_url=fake_model.url, data_dir=data_dir, log_dir=tmp_path)
+    workers = Workers(
+        address=own_server.address, model_url=fake_model.url, data_dir=data_dir, log_dir=tmp_path
+    )
     harness = ProcessHarness(client, fake_model, workers)
     try:
         yield harness

@@ -28,8 +28,13 @@ def on_host(monkeypatch: pytest.MonkeyPatch, folder: Path) -> TranscriptStore:
 
 def bucket_objects(server: SeaweedServer, env: dict[str, str]) -> dict[str, bytes]:
     location = parse_url(env["AGENT_STORE_URL"])
-    s3 = boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id=server.access_key,
-                      aws_secret_access_key=server.secret_key, region_name="us-east-1")
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=server.endpoint,
+        aws_access_key_id=server.access_key,
+        aws_secret_access_key=server.secret_key,
+        region_name="us-east-1",
+    )
     listed = s3.list_objects_v2(Bucket=location.bucket, Prefix=location.prefix + "/").get("Contents", [])
     return {o["Key"]: s3.get_object(Bucket=location.bucket, Key=o["Key"])["Body"].read() for o in listed}
 
@@ -67,7 +72,9 @@ async def test_a_transcript_written_on_one_host_is_read_on_another(s3_server, s3
         await host_b.load("0" * 64)
 
 
-async def test_a_one_megabyte_blob_crosses_hosts_and_is_read_from_the_cache_after(s3_server, s3_env, monkeypatch, tmp_path):
+async def test_a_one_megabyte_blob_crosses_hosts_and_is_read_from_the_cache_after(
+    s3_server, s3_env, monkeypatch, tmp_path
+):
     text = "tool output " * (MB // 12)
     digest = await on_host(monkeypatch, tmp_path / "a").put_blob(text)
     location = parse_url(s3_env["AGENT_STORE_URL"])
@@ -80,7 +87,9 @@ async def test_a_one_megabyte_blob_crosses_hosts_and_is_read_from_the_cache_afte
     assert remote.puts == 0  # a name in the cache is known to be in the bucket
 
 
-async def test_object_bodies_are_ciphertext_and_survive_a_key_rotation(s3_server, s3_env, monkeypatch, tmp_path):
+async def test_object_bodies_are_ciphertext_and_survive_a_key_rotation(
+    s3_server, s3_env, monkeypatch, tmp_path
+):
     old, new = new_key(), new_key()
     monkeypatch.setenv("AGENT_PAYLOAD_KEYS", f"k0:{old}")
     secret = "the launch code is 0000 " * 100
@@ -101,7 +110,9 @@ async def test_object_bodies_are_ciphertext_and_survive_a_key_rotation(s3_server
         await on_host(monkeypatch, tmp_path / "c").get_blob(digest)
 
 
-async def test_external_payloads_go_under_the_prefix_and_any_host_reads_them(s3_server, s3_env, monkeypatch, tmp_path):
+async def test_external_payloads_go_under_the_prefix_and_any_host_reads_them(
+    s3_server, s3_env, monkeypatch, tmp_path
+):
     monkeypatch.setenv("AGENT_PAYLOAD_KEYS", f"k0:{new_key()}")
     monkeypatch.setenv("AGENT_DATA_DIR", str(tmp_path / "a"))
     big = "payload text " * 40_000  # 520 KB: above the 256 KB threshold

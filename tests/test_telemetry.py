@@ -94,7 +94,11 @@ async def _run_scripted(harness: Harness) -> str:
 
 def _trace(spans: InMemorySpanExporter, session_id: str) -> list[ReadableSpan]:
     finished = spans.get_finished_spans()
-    traces = {s.context.trace_id for s in finished if (s.attributes or {}).get("gen_ai.conversation.id") == session_id}
+    traces = {
+        s.context.trace_id
+        for s in finished
+        if (s.attributes or {}).get("gen_ai.conversation.id") == session_id
+    }
     return [s for s in finished if s.context.trace_id in traces]
 
 
@@ -116,10 +120,19 @@ async def test_session_trace_tree_and_attributes(traced: Harness, spans: InMemor
     assert root.parent is None and root.name == "invoke_agent default"
     attrs = dict(root.attributes or {})
     assert attrs["agent.session.id"] == session_id and attrs["agent.user.id"] == "dana"
-    assert (attrs["agent.status"], attrs["agent.steps"], attrs["gen_ai.operation.name"]) == ("completed", 3, "invoke_agent")
+    assert (attrs["agent.status"], attrs["agent.steps"], attrs["gen_ai.operation.name"]) == (
+        "completed",
+        3,
+        "invoke_agent",
+    )
 
     chats = _named(trace, "chat ")
-    assert [(s.attributes["agent.step"], s.attributes["agent.attempt"]) for s in chats] == [(1, 1), (1, 2), (2, 1), (3, 1)]
+    assert [(s.attributes["agent.step"], s.attributes["agent.attempt"]) for s in chats] == [
+        (1, 1),
+        (1, 2),
+        (2, 1),
+        (3, 1),
+    ]
     assert all(_parent(s) == root.context.span_id for s in chats)
     failed, *ok = chats
     assert failed.status.status_code == StatusCode.ERROR and [e.name for e in failed.events] == ["exception"]
@@ -127,9 +140,16 @@ async def test_session_trace_tree_and_attributes(traced: Harness, spans: InMemor
     assert first["gen_ai.operation.name"] == "chat" and first["gen_ai.provider.name"] == "anthropic"
     assert first["gen_ai.request.model"] == "claude-sonnet-4-6" and first["gen_ai.response.model"]
     assert (first["gen_ai.usage.input_tokens"], first["gen_ai.usage.output_tokens"]) == (100, 10)
-    assert "gen_ai.usage.cache_read.input_tokens" in first and "gen_ai.usage.cache_creation.input_tokens" in first
+    assert (
+        "gen_ai.usage.cache_read.input_tokens" in first
+        and "gen_ai.usage.cache_creation.input_tokens" in first
+    )
     assert first["gen_ai.response.finish_reasons"] == ("tool_use",)
-    assert (first["agent.session.id"], first["agent.name"], first["agent.user.id"]) == (session_id, "default", "dana")
+    assert (first["agent.session.id"], first["agent.name"], first["agent.user.id"]) == (
+        session_id,
+        "default",
+        "dana",
+    )
     assert not any("gen_ai.input.messages" in (s.attributes or {}) for s in trace), "no content unless asked"
 
     calls = {s.attributes["gen_ai.tool.call.id"]: s for s in _named(trace, "execute_tool")}
@@ -142,10 +162,14 @@ async def test_session_trace_tree_and_attributes(traced: Harness, spans: InMemor
     assert {k: _parent(s) for k, s in runs.items()} == {k: s.context.span_id for k, s in calls.items()}
     run = dict(runs["t1"].attributes or {})
     assert (run["gen_ai.tool.name"], run["agent.attempt"], run["agent.user.id"]) == ("get_time", 1, "dana")
-    record(AREA, "trace of a session: a 500 on the first model call, a tool call, an approval (in-memory exporter, "
-           "no workflow cache: every task replays)",
-           "one trace: invoke_agent > chat per attempt (the failed one marked with its error), execute_tool > "
-           "approval (decided_by) and run_tool; GenAI attributes set; no span twice", {"spans": len(trace)})
+    record(
+        AREA,
+        "trace of a session: a 500 on the first model call, a tool call, an approval (in-memory exporter, "
+        "no workflow cache: every task replays)",
+        "one trace: invoke_agent > chat per attempt (the failed one marked with its error), execute_tool > "
+        "approval (decided_by) and run_tool; GenAI attributes set; no span twice",
+        {"spans": len(trace)},
+    )
 
 
 async def test_prompt_text_only_when_asked(traced: Harness, spans: InMemorySpanExporter, monkeypatch):
@@ -156,14 +180,18 @@ async def test_prompt_text_only_when_asked(traced: Harness, spans: InMemorySpanE
     assert "The secret word." in str(chat.attributes["gen_ai.output.messages"])
 
 
-async def test_subagent_spans_are_inside_the_parent_trace(traced: Harness, spans: InMemorySpanExporter, tmp_path: Path):
+async def test_subagent_spans_are_inside_the_parent_trace(
+    traced: Harness, spans: InMemorySpanExporter, tmp_path: Path
+):
     path = tmp_path / "agents.toml"
     path.write_text(TEAM)
     parent = f"test-{uuid.uuid4().hex[:10]}"
     traced.script(parent, [tool_use("agent__helper", {"task": "say hi"}, id="h1"), answer("It said hi.")])
     traced.script(f"{parent}.sub-1", [answer("hi")])
     start = session_input(load_definitions(path), "lead", goal="get it said", limits={}, fields={})
-    handle = await traced.client.start_workflow(AgentWorkflow.run, start, id=parent, task_queue=traced.task_queue)
+    handle = await traced.client.start_workflow(
+        AgentWorkflow.run, start, id=parent, task_queue=traced.task_queue
+    )
     assert (await asyncio.wait_for(handle.result(), timeout=60)).status == "completed"
 
     trace = _trace(spans, parent)
@@ -171,12 +199,18 @@ async def test_subagent_spans_are_inside_the_parent_trace(traced: Harness, spans
     assert set(roots) == {parent, f"{parent}.sub-1"} and len({s.context.trace_id for s in trace}) == 1
     [call] = _named(trace, "execute_tool agent__helper")
     assert _parent(call) == roots[parent].context.span_id
-    assert _parent(roots[f"{parent}.sub-1"]) == call.context.span_id, "the child's run hangs under the parent's call"
+    assert _parent(roots[f"{parent}.sub-1"]) == call.context.span_id, (
+        "the child's run hangs under the parent's call"
+    )
     child_chats = [s for s in _named(trace, "chat ") if s.attributes["agent.session.id"] == f"{parent}.sub-1"]
     assert [s.attributes["agent.name"] for s in child_chats] == ["helper"]
     assert all(_parent(s) == roots[f"{parent}.sub-1"].context.span_id for s in child_chats)
-    record(AREA, "trace of a session whose agent hands a task to a sub-agent",
-           "the child's invoke_agent span is a child of the parent's execute_tool agent__helper span, one trace", {})
+    record(
+        AREA,
+        "trace of a session whose agent hands a task to a sub-agent",
+        "the child's invoke_agent span is a child of the parent's execute_tool agent__helper span, one trace",
+        {},
+    )
 
 
 # ---- metrics ---------------------------------------------------------------------------
@@ -203,7 +237,9 @@ def _total(points: dict[str, list], name: str, **match: str) -> float:
     return total
 
 
-async def test_metric_values_after_a_scripted_session(dev_server, fake_model: FakeModelServer, data_dir: Path):
+async def test_metric_values_after_a_scripted_session(
+    dev_server, fake_model: FakeModelServer, data_dir: Path
+):
     reader = InMemoryMetricReader()
     metrics = otel.metrics(readers=[reader])
     assert metrics is not None
@@ -230,10 +266,14 @@ async def test_metric_values_after_a_scripted_session(dev_server, fake_model: Fa
     assert _total(points, "agent_tokens", kind="output") == 30
     assert _total(points, "agent_approval_wait", tool="send_email", decision="approved") == 1
     assert any(name.startswith("temporal_") for name in points), sorted(points)
-    record(AREA, "metrics after a scripted session (a 500, two tool calls, an approval), read from an "
-           "in-memory reader fed by the worker's Temporal runtime",
-           "sessions started/ended, model calls by outcome, one retry by error class, tool calls, tokens, "
-           "approval wait; the SDK's temporal_* metrics alongside", {"metrics": len(points)})
+    record(
+        AREA,
+        "metrics after a scripted session (a 500, two tool calls, an approval), read from an "
+        "in-memory reader fed by the worker's Temporal runtime",
+        "sessions started/ended, model calls by outcome, one retry by error class, tool calls, tokens, "
+        "approval wait; the SDK's temporal_* metrics alongside",
+        {"metrics": len(points)},
+    )
 
 
 # ---- replay ----------------------------------------------------------------------------
@@ -242,15 +282,21 @@ async def test_metric_values_after_a_scripted_session(dev_server, fake_model: Fa
 async def test_recorded_histories_replay_with_tracing_and_add_no_span(spans: InMemorySpanExporter):
     before = len(spans.get_finished_spans())
     replayer = Replayer(
-        workflows=[AgentWorkflow], data_converter=pydantic_data_converter, interceptors=[OpenTelemetryInterceptor()]
+        workflows=[AgentWorkflow],
+        data_converter=pydantic_data_converter,
+        interceptors=[OpenTelemetryInterceptor()],
     )
     for path in HISTORY_FILES:
         history = WorkflowHistory.from_json(f"replay-{path.stem}", json.loads(path.read_text()))
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
     assert len(spans.get_finished_spans()) == before, "a replay ends no span"
-    record(AREA, "every recorded history replayed with the tracing interceptor and the replay-safe tracer",
-           "replays without non-determinism; no span emitted", {"histories": len(HISTORY_FILES)})
+    record(
+        AREA,
+        "every recorded history replayed with the tracing interceptor and the replay-safe tracer",
+        "replays without non-determinism; no span emitted",
+        {"histories": len(HISTORY_FILES)},
+    )
 
 
 # ---- configuration from the environment ------------------------------------------------
@@ -286,7 +332,9 @@ def test_otlp_grpc_exporter_from_the_environment(monkeypatch):
 
     class Collector(trace_service_pb2_grpc.TraceServiceServicer):
         def Export(self, request, context):
-            received.extend(s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans)
+            received.extend(
+                s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans
+            )
             return trace_service_pb2.ExportTraceServiceResponse()
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
@@ -320,7 +368,9 @@ def test_tracing_off_imports_no_sdk():
         "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'temporalio.contrib.opentelemetry'))))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
@@ -346,4 +396,6 @@ async def test_a_run_closed_after_eviction_logs_no_context_error(spans: InMemory
     with caplog.at_level(logging.ERROR, logger="opentelemetry.context"):
         coro.close()  # GeneratorExit, thrown in from this (another) context
     assert [r.getMessage() for r in caplog.records] == []
-    assert not [s for s in spans.get_finished_spans() if s.name.startswith("evicted")], "the run goes on elsewhere"
+    assert not [s for s in spans.get_finished_spans() if s.name.startswith("evicted")], (
+        "the run goes on elsewhere"
+    )

@@ -94,7 +94,13 @@ async def test_worker_exports_over_otlp_http_from_environment_alone(
     assert {s.service for s in spans} == {SERVICE}
     names = Counter(s.name.split(" ")[0] for s in spans)
     # The anthropic client traces its own HTTP call (metadata only) under our model span.
-    assert names == {"invoke_agent": 1, "chat": 2, "execute_tool": 1, "run_tool": 1, "anthropic.messages.create": 2}, names
+    assert names == {
+        "invoke_agent": 1,
+        "chat": 2,
+        "execute_tool": 1,
+        "run_tool": 1,
+        "anthropic.messages.create": 2,
+    }, names
     chats = {s.span_id for s in _named(spans, "chat")}
     assert {s.parent_span_id for s in _named(spans, "anthropic.")} == chats
     await wait_until(lambda: {"agent_model_calls", "agent_sessions_ended"} <= receiver.metric_names, timeout=30,
@@ -103,17 +109,23 @@ async def test_worker_exports_over_otlp_http_from_environment_alone(
 
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
         page = response.read().decode()
-    assert 'agent_model_calls_total{' in page and 'outcome="ok"' in page
+    assert "agent_model_calls_total{" in page and 'outcome="ok"' in page
     assert "agent_tool_call_duration_seconds_bucket{" in page
     assert "temporal_workflow_completed" in page or "temporal_workflow_task_execution_latency" in page
-    record(AREA, "a worker process with only OTEL_* variables and --metrics-port",
-           "its spans and metrics arrive at an OTLP/HTTP receiver on loopback under OTEL_SERVICE_NAME; "
-           "the Prometheus endpoint serves our metrics and the SDK's", {"spans": len(spans)})
+    record(
+        AREA,
+        "a worker process with only OTEL_* variables and --metrics-port",
+        "its spans and metrics arrive at an OTLP/HTTP receiver on loopback under OTEL_SERVICE_NAME; "
+        "the Prometheus endpoint serves our metrics and the SDK's",
+        {"spans": len(spans)},
+    )
 
 
 async def test_kill_mid_session_adds_no_duplicate_span(procs: ProcessHarness, receiver: OtlpReceiver):
     first = await procs.worker("--heartbeat-timeout", "3")  # the killed call is noticed within 3 s
-    handle = await procs.start([tool_use("slow_upsert", {"key": "k1", "seconds": 3}, id="u1"), answer("Saved.")])
+    handle = await procs.start(
+        [tool_use("slow_upsert", {"key": "k1", "seconds": 3}, id="u1"), answer("Saved.")]
+    )
     await wait_for_effects(handle.id, "slow_upsert")
     # Step 1's model span has reached the receiver from the worker about to be killed.
     await wait_until(lambda: _named(receiver.spans_of(handle.id), "chat"), timeout=10, what="step 1's span")
@@ -133,7 +145,11 @@ async def test_kill_mid_session_adds_no_duplicate_span(procs: ProcessHarness, re
     # The killed attempt never ended, so it was never sent; the retry was, under the same call.
     assert attempts == [2] and all(s.parent_span_id == call.span_id for s in _named(spans, "run_tool"))
     assert all(s.parent_span_id == root.span_id for s in _named(spans, "chat"))
-    record(AREA, "kill -9 during an idempotent tool call, the session replays on a new worker "
-           "(spans counted at an OTLP receiver outside the workers)",
-           "one invoke_agent, one chat span per step, one execute_tool span with the retried attempt under it; "
-           "no span twice; one trace", {"spans": len(spans)})
+    record(
+        AREA,
+        "kill -9 during an idempotent tool call, the session replays on a new worker "
+        "(spans counted at an OTLP receiver outside the workers)",
+        "one invoke_agent, one chat span per step, one execute_tool span with the retried attempt under it; "
+        "no span twice; one trace",
+        {"spans": len(spans)},
+    )

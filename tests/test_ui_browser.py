@@ -107,7 +107,11 @@ async def test_the_session_page_tells_the_story(tmp_path: Path, fake_model: Fake
             run_id = (await handle.describe()).run_id
 
             base = f"http://127.0.0.1:{server.ui_port}/namespaces/default/workflows/{session}"
-            pages = {"session": base, "history": f"{base}/{run_id}/history", "metadata": f"{base}/{run_id}/user-metadata"}
+            pages = {
+                "session": base,
+                "history": f"{base}/{run_id}/history",
+                "metadata": f"{base}/{run_id}/user-metadata",
+            }
             OUTPUT.mkdir(exist_ok=True)
             text: dict[str, str] = {}
             frames: dict[str, str] = {}
@@ -128,7 +132,11 @@ async def test_the_session_page_tells_the_story(tmp_path: Path, fake_model: Fake
         assert "Summary" in text["metadata"] and "Details" in text["metadata"]
         assert frames["user-metadata-summary"] == GOAL
         details = frames["user-metadata-details"]
-        assert "**model** claude-" in details and "**user** alice" in details and "**limits** 20 steps" in details
+        assert (
+            "**model** claude-" in details
+            and "**user** alice" in details
+            and "**limits** 20 steps" in details
+        )
         # Every activity and timer has a summary.
         history = text["history"]
         for summary in ("model call 1 (claude-", "model call 2 (claude-", "model call 3 (claude-",

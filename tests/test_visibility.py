@@ -40,7 +40,10 @@ async def test_list_filters_by_status_and_user(harness: Harness):
     for session, who in ((waiting, user), (done, user), (elsewhere, other)):
         code, out, err = await run_cli(harness, "start", "a goal", "--session", session, "--user", who)
         assert code == 0 and out.strip() == session, err
-    handles = {s: harness.client.get_workflow_handle(s, result_type=SessionStatus) for s in (waiting, done, elsewhere)}
+    handles = {
+        s: harness.client.get_workflow_handle(s, result_type=SessionStatus)
+        for s in (waiting, done, elsewhere)
+    }
     await wait_for_status(handles[waiting], "waiting_approval")
     await wait_for_status(handles[elsewhere], "waiting_approval")
     assert (await handles[done].result()).status == "completed"
@@ -54,7 +57,9 @@ async def test_list_filters_by_status_and_user(harness: Harness):
     assert by_id[done]["steps"] == 1 and by_id[done]["tokens"] > 0 and by_id[done]["pending_approvals"] == 0
 
     rows = await poll(
-        harness, ("--status", "waiting_approval"), lambda rows: {waiting, elsewhere} <= {r["session_id"] for r in rows}
+        harness,
+        ("--status", "waiting_approval"),
+        lambda rows: {waiting, elsewhere} <= {r["session_id"] for r in rows},
     )
     assert done not in {r["session_id"] for r in rows}
     assert {r["status"] for r in rows} == {"waiting_approval"}
@@ -96,7 +101,9 @@ async def test_counts_alone_are_indexed_every_ten_steps_and_ten_seconds(harness:
         if event.HasField("upsert_workflow_search_attributes_event_attributes"):
             fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
             if "AgentSteps" in fields:
-                upserts.append((json.loads(fields["AgentStatus"].data), json.loads(fields["AgentSteps"].data)))
+                upserts.append(
+                    (json.loads(fields["AgentStatus"].data), json.loads(fields["AgentSteps"].data))
+                )
     assert upserts == [("running", 10), ("completed", 12)]
     described = await handle.describe()
     assert described.typed_search_attributes.get(search.AGENT_STEPS) == 12

@@ -153,7 +153,12 @@ async def test_watch_json_lines_and_attempt_tags(harness: Harness):
     # The text streams live (never through Temporal) to a watch attached before the call:
     # the session waits for an approval first, until the watch has caught up.
     gate = tool_use("send_email", EMAIL, id="e1")
-    cut = {"text": LONG, "chunk_delay": 0.02, "cut_stream": True, "tool_calls": [{"name": "get_time", "id": "t1"}]}
+    cut = {
+        "text": LONG,
+        "chunk_delay": 0.02,
+        "cut_stream": True,
+        "tool_calls": [{"name": "get_time", "id": "t1"}],
+    }
     whole = {"text": LONG, "chunk_delay": 0.02, "tool_calls": [{"name": "get_time", "id": "t1"}]}
     handle = await harness.start([gate, cut, whole, answer("done")])
     await wait_for_status(handle, "waiting_approval")
@@ -186,7 +191,9 @@ async def test_watch_json_lines_and_attempt_tags(harness: Harness):
     assert second == LONG and LONG.startswith(first) and first.startswith(MARKER)
     turn = next(e for e in events if e["type"] == "turn" and e["step"] == 2)
     assert turn["attempt"] == 2 and turn["text"] == LONG
-    assert max(i for i, e in enumerate(events) if e["topic"] == "delta" and e["step"] == 2) < events.index(turn)
+    assert max(i for i, e in enumerate(events) if e["topic"] == "delta" and e["step"] == 2) < events.index(
+        turn
+    )
     kinds = [e["type"] for e in durable]
     assert kinds.index("turn") < kinds.index("tool_call") < kinds.index("tool_result") < kinds.index("end")
 
@@ -213,12 +220,16 @@ class Tmux:
         self.pid: int | None = None
 
     def run(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-S", self.socket, *args], check=True, capture_output=True, text=True).stdout
+        return subprocess.run(
+            ["tmux", "-S", self.socket, *args], check=True, capture_output=True, text=True
+        ).stdout
 
     def start(self, command: str, env: dict[str, str]) -> None:
         exports = [arg for key in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_TASK_QUEUE", "TEMPORAL_UI_URL",
                                    "AGENT_DATA_DIR", "PATH", "HOME") if key in env for arg in ("-e", f"{key}={env[key]}")]  # fmt: skip
-        self.run("-f", "/dev/null", "new-session", "-d", "-s", "w", "-x", "150", "-y", "45", *exports, command)
+        self.run(
+            "-f", "/dev/null", "new-session", "-d", "-s", "w", "-x", "150", "-y", "45", *exports, command
+        )
         self.pid = int(self.run("display-message", "-p", "-t", "w", "#{pid}").strip())
         self.run("set-option", "-t", "w", "remain-on-exit", "on")
 
@@ -245,7 +256,9 @@ class Tmux:
 
 
 @pytest.mark.process
-async def test_watch_in_a_real_terminal_streams_and_asks(harness: Harness, tmp_path: Path, tmux_installed: str):
+async def test_watch_in_a_real_terminal_streams_and_asks(
+    harness: Harness, tmp_path: Path, tmux_installed: str
+):
     session = f"tty-{uuid.uuid4().hex[:8]}"
     email = {**tool_use("send_email", EMAIL, id="e1"), "text": LONG}
     cut = {**email, "chunk_delay": 0.04, "cut_stream": True}
@@ -254,7 +267,9 @@ async def test_watch_in_a_real_terminal_streams_and_asks(harness: Harness, tmp_p
     tmux = Tmux(tmp_path)
     log = tmp_path / "watch.log"
     try:
-        tmux.start(f"{sys.executable} {ROOT / 'client.py'} watch {session}; echo EXIT=$? >> {log}", cli_env(harness))
+        tmux.start(
+            f"{sys.executable} {ROOT / 'client.py'} watch {session}; echo EXIT=$? >> {log}", cli_env(harness)
+        )
 
         def poll(check, what: str, timeout: float = 30) -> str:
             return tmux.wait_for(check, what, timeout)
@@ -262,9 +277,13 @@ async def test_watch_in_a_real_terminal_streams_and_asks(harness: Harness, tmp_p
         # The text appears while the model is still writing it (before the turn's totals line),
         # and the retried attempt replaces the first one's partial text.
         await asyncio.to_thread(poll, lambda s: MARKER in s and "↳" not in s, "streamed text")
-        live = await asyncio.to_thread(poll, lambda s: "(attempt 2) ▍" in s and "↳" not in s, "the retried attempt")
+        live = await asyncio.to_thread(
+            poll, lambda s: "(attempt 2) ▍" in s and "↳" not in s, "the retried attempt"
+        )
         assert live.count(MARKER) == 1
-        screen = await asyncio.to_thread(poll, lambda s: "approve send_email? [y/n]" in s, "the approval prompt")
+        screen = await asyncio.to_thread(
+            poll, lambda s: "approve send_email? [y/n]" in s, "the approval prompt"
+        )
         assert screen.count(MARKER) == 1, screen
         assert f"approve: python client.py approve {session} e1" in screen
         assert (await handle.query("status", result_type=SessionStatus)).status == "waiting_approval"

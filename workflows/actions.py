@@ -92,7 +92,9 @@ def _check_edited_input(session: Session, call: ToolCallRecord, edited: dict[str
     if problem is not None:
         where = ".".join(str(p) for p in problem.absolute_path) or "input"
         raise ApplicationError(
-            f"invalid input for {call.name}: {where}: {problem.message}", type=INVALID_TOOL_INPUT, non_retryable=True
+            f"invalid input for {call.name}: {where}: {problem.message}",
+            type=INVALID_TOOL_INPUT,
+            non_retryable=True,
         )
 
 

@@ -56,8 +56,12 @@ class AgentWorkflow:
         self.meter.run_started(forked=input.state is not None and state.runs == 0)
         state.runs += 1
         self.stream = WorkflowStream(prior_state=state.stream_state)
-        view = SessionView(workflow.info().workflow_id, input, state, self.stream.topic(EVENT_TOPIC), self.meter)
-        self.session = Session(id=workflow.info().workflow_id, input=input, state=state, view=view, meter=self.meter)
+        view = SessionView(
+            workflow.info().workflow_id, input, state, self.stream.topic(EVENT_TOPIC), self.meter
+        )
+        self.session = Session(
+            id=workflow.info().workflow_id, input=input, state=state, view=view, meter=self.meter
+        )
         self.steps_at_run_start = state.steps
         self.model = ModelCaller(self.session)
         self.subagents = SubAgents(self.session)
@@ -200,10 +204,14 @@ class AgentWorkflow:
             return
         if not state.specs:
             try:
-                state.specs = await describe_tools(session) + await list_mcp_tools(session) + subagent_specs(session)
+                state.specs = (
+                    await describe_tools(session) + await list_mcp_tools(session) + subagent_specs(session)
+                )
             except (ActivityError, ApplicationError) as err:  # a local activity's failure may come bare
                 why = describe_failure(err, "listing the tools")
-                session.finish("failed", error=f"cannot start: {why} (after {DESCRIBE_TOOLS_ATTEMPTS} attempts)")
+                session.finish(
+                    "failed", error=f"cannot start: {why} (after {DESCRIBE_TOOLS_ATTEMPTS} attempts)"
+                )
                 return
         while True:
             if not state.idle:
@@ -212,7 +220,9 @@ class AgentWorkflow:
                     session.finish(ended.status, ended.stop_reason, ended.error)
                     return
                 state.idle = True
-                session.view.publish(Answered(status=ended.status, stop_reason=ended.stop_reason, answer=state.answer))
+                session.view.publish(
+                    Answered(status=ended.status, stop_reason=ended.stop_reason, answer=state.answer)
+                )
                 session.view.changed()
             if state.queue:
                 self._take_message(state.queue.pop(0))

@@ -113,7 +113,17 @@ class SessionEnded(WorkflowEvent):
 
 
 SessionEvent = Annotated[
-    StatusChanged | TurnRecorded | ToolCallStarted | ToolCallEnded | ApprovalRequested | DecisionRecorded | Answered | UserMessageTaken | ContinuedAsNew | SessionEnded | TextDelta,
+    StatusChanged
+    | TurnRecorded
+    | ToolCallStarted
+    | ToolCallEnded
+    | ApprovalRequested
+    | DecisionRecorded
+    | Answered
+    | UserMessageTaken
+    | ContinuedAsNew
+    | SessionEnded
+    | TextDelta,
     Field(discriminator="type"),
 ]
 EVENTS: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)

@@ -137,7 +137,9 @@ class ModelCaller:
         state.unattributed_actions = 0
         self.session.meter.to_next_turn = False  # the turn collects what follows, up to the next call
         for block in reply.message.tool_uses():
-            state.calls[block.id] = ToolCallRecord(tool_use_id=block.id, step=state.steps, name=block.name, input=block.input)
+            state.calls[block.id] = ToolCallRecord(
+                tool_use_id=block.id, step=state.steps, name=block.name, input=block.input
+            )
         self.session.view.publish(
             TurnRecorded(
                 step=state.steps, text=text, stop_reason=reply.stop_reason, usage=state.usage,

@@ -64,7 +64,9 @@ def _span(name: str, attributes: dict[str, Any]) -> Generator[Any | None, None, 
     # failing workflow task does not emit it once per retry): only a bug is recorded.
     # A cancel, a hand-over or the end of the loop pass through a span that ends; a run
     # closed after an eviction leaves it open (the session goes on, on another worker).
-    span = found.start_span(name, attributes=attributes, record_exception=False, set_status_on_exception=False)
+    span = found.start_span(
+        name, attributes=attributes, record_exception=False, set_status_on_exception=False
+    )
     closed = False
     with _attached(trace.set_span_in_context(span)):
         try:
@@ -220,4 +222,3 @@ def model_turn(session: Session, model: str, usage: Usage, cost_usd: float | Non
             tokens.with_additional_attributes({"kind": kind}).add(count)
     if cost_usd is not None:
         meter.create_histogram_float("agent_cost", "Cost of model calls", "USD").record(cost_usd)
-

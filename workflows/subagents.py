@@ -52,7 +52,9 @@ def subagent_specs(session: Session) -> list[ToolSpec]:
             description=f"Hand a task to the {sub.name} agent and get its answer. {sub.description}".strip(),
             input_schema={
                 "type": "object",
-                "properties": {"task": {"type": "string", "description": "What the agent should do, in full"}},
+                "properties": {
+                    "task": {"type": "string", "description": "What the agent should do, in full"}
+                },
                 "required": ["task"],
                 "additionalProperties": False,
             },
@@ -165,4 +167,3 @@ class SubAgents:
         signal = parent.signal(CHILD_APPROVALS, ChildApprovals(session_id=self.session.id, pending=pending))
         # No reference kept: the workflow's event loop holds every task until it ends.
         asyncio.create_task(signal)  # noqa: RUF006
-

@@ -50,14 +50,18 @@ class ToolRunner:
 
     async def _settle(self, call: ToolCallRecord) -> ToolResultBlock:
         if call.status in SETTLED:
-            return ToolResultBlock(tool_use_id=call.tool_use_id, content=call.output or "", is_error=call.is_error)
+            return ToolResultBlock(
+                tool_use_id=call.tool_use_id, content=call.output or "", is_error=call.is_error
+            )
         with spans.tool_call_span(call):
             return await self._settle_open(call)
 
     async def _settle_open(self, call: ToolCallRecord) -> ToolResultBlock:
         if call.status == "pending" and call.ended_at is None and call.started_at is None:
             self._count_repeat(call)
-            self.session.view.publish(ToolCallStarted(tool_use_id=call.tool_use_id, name=call.name, input=call.input))
+            self.session.view.publish(
+                ToolCallStarted(tool_use_id=call.tool_use_id, name=call.name, input=call.input)
+            )
         spec = self.state.spec(call.name)
         if spec is None:
             names = ", ".join(s.name for s in self.state.specs) or "none"
@@ -101,7 +105,9 @@ class ToolRunner:
                 return self._close(call, "error", problem)
             call.status = "waiting_approval"
             self.session.view.changed()
-            self.session.view.publish(ApprovalRequested(tool_use_id=call.tool_use_id, name=call.name, input=call.input))
+            self.session.view.publish(
+                ApprovalRequested(tool_use_id=call.tool_use_id, name=call.name, input=call.input)
+            )
         with spans.approval_span(self.session, call):
             await self._wait_for_decision(call)
         if call.status == "waiting_approval":
@@ -183,7 +189,9 @@ class ToolRunner:
         meter, scheduled = self.session.meter, history_length()
         local = _runs_locally(spec)
         try:
-            outcome = await self._activity(spec, self._request(call), f"tool {call.name} {short(call.input, 60)}")
+            outcome = await self._activity(
+                spec, self._request(call), f"tool {call.name} {short(call.input, 60)}"
+            )
         except ActivityError as err:
             if was_cancelled(err):
                 self._metered_interruption(local, scheduled)
@@ -203,7 +211,9 @@ class ToolRunner:
         else:
             meter.activity(outcome.attempt, outcome.heartbeats)
         call.output_ref = outcome.content_ref
-        return self._close(call, "error" if outcome.is_error else "done", self._content(call, outcome), outcome.duration_ms)
+        return self._close(
+            call, "error" if outcome.is_error else "done", self._content(call, outcome), outcome.duration_ms
+        )
 
     async def _execute_subagent(self, call: ToolCallRecord, spec: ToolSpec) -> ToolResultBlock:
         try:
@@ -212,7 +222,10 @@ class ToolRunner:
             self._close(call, "cancelled", "cancelled before it finished")
             raise
         except ChildWorkflowError as err:
-            content, is_error = f"the sub-agent failed: {describe_failure(err.cause or err, 'sub-agent')}", True
+            content, is_error = (
+                f"the sub-agent failed: {describe_failure(err.cause or err, 'sub-agent')}",
+                True,
+            )
         outcome = ToolOutcome(content=content, is_error=is_error)
         return self._close(call, "error" if is_error else "done", self._content(call, outcome))
 
@@ -279,7 +292,10 @@ def _failed(spec: ToolSpec, err: ActivityError) -> tuple[CallStatus, str]:
     why = describe_failure(err, "tool call")
     if spec.policy == "at_most_once" and error_type(err) != MCP_SERVER_UNAVAILABLE:
         # It was started once and may have done its work before it was interrupted.
-        return "unknown", f"outcome unknown: the call was interrupted ({why}); it may have taken effect, and it will not be run again"
+        return (
+            "unknown",
+            f"outcome unknown: the call was interrupted ({why}); it may have taken effect, and it will not be run again",
+        )
     return "error", f"tool call failed: {why}"
 
 

@@ -47,7 +47,11 @@ Indexed = tuple[str, int, int, int, str]
 
 class SessionView:
     def __init__(
-        self, session_id: str, input: SessionInput, state: SessionState, topic: WorkflowTopicHandle[Any],
+        self,
+        session_id: str,
+        input: SessionInput,
+        state: SessionState,
+        topic: WorkflowTopicHandle[Any],
         meter: Meter,
     ) -> None:
         self.session_id = session_id
@@ -90,7 +94,9 @@ class SessionView:
             if values == self._start_values() and self._meter.patched(COUNTS_BY_STEPS):
                 self._indexed, self._indexed_at = values, now
                 return
-        elif (values[0], *values[3:]) == (self._indexed[0], *self._indexed[3:]) and self._counts_wait(values, now):
+        elif (values[0], *values[3:]) == (self._indexed[0], *self._indexed[3:]) and self._counts_wait(
+            values, now
+        ):
             return
         self._indexed, self._indexed_at = values, now
         # The SDK's signature leaves SearchAttributeUpdate's value type open.
@@ -118,14 +124,17 @@ class SessionView:
     def details(self) -> str:
         state, ending = self.state, self.state.ending
         lines = [
-            f"**status** {state.run_status()}" + (f" ({ending.stop_reason})" if ending and ending.stop_reason else ""),
+            f"**status** {state.run_status()}"
+            + (f" ({ending.stop_reason})" if ending and ending.stop_reason else ""),
             f"**step** {state.steps} of {self.input.limits.max_steps}",
             f"**tokens** {state.usage.total()}",
         ]
         if state.cost_usd is not None:
             lines.append(f"**cost** ${state.cost_usd:.4f}")
         if waiting := state.pending_approvals(self.session_id):
-            lines.append("**waiting for approval** " + ", ".join(f"{p.name} ({p.tool_use_id})" for p in waiting))
+            lines.append(
+                "**waiting for approval** " + ", ".join(f"{p.name} ({p.tool_use_id})" for p in waiting)
+            )
         if ending and ending.error:
             lines.append(f"**error** {ending.error}")
         return "\n".join(lines)

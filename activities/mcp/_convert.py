@@ -70,7 +70,9 @@ def input_error(spec: ToolSpec, value: dict[str, Any]) -> str | None:
     """What is wrong with `value` for this tool, naming the field; None when it fits."""
     try:
         validator = cast("Validator", Draft202012Validator(spec.input_schema))  # its stub is partly untyped
-        problems: list[ValidationError] = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+        problems: list[ValidationError] = sorted(
+            validator.iter_errors(value), key=lambda e: list(e.absolute_path)
+        )
     except SchemaError as err:
         return f"the MCP server's schema for {spec.name} is not valid JSON Schema: {err.message}"
     if not problems:

@@ -67,7 +67,8 @@ class OpenAIProvider:
             # No `stream` in params, so the SDK answers with a ChatCompletion (its overloads
             # cannot tell from a dict of parameters).
             completion = cast(
-                "ChatCompletion", await self.client().chat.completions.create(**params, extra_headers=call.headers)
+                "ChatCompletion",
+                await self.client().chat.completions.create(**params, extra_headers=call.headers),
             )
             reply = from_completion(completion)
         return to_turn(reply)

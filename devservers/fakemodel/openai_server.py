@@ -154,7 +154,9 @@ class ChatHandler(Handler):
     def _reply(self, session: str, turn: dict[str, Any], body: dict[str, Any]) -> None:
         completion = build_completion(turn, body, self.server.cache.usage(session, body))
         if body.get("stream"):
-            self._stream_chunks(completion, turn, bool((body.get("stream_options") or {}).get("include_usage")))
+            self._stream_chunks(
+                completion, turn, bool((body.get("stream_options") or {}).get("include_usage"))
+            )
             return
         data = json.dumps(completion).encode()
         if turn.get("malformed"):

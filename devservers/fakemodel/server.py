@@ -162,7 +162,10 @@ def demo_turn(body: dict[str, Any]) -> dict[str, Any]:
                 results[names.get(block["tool_use_id"], "?")] = block
     goal = _first_text(body)
     if "get_time" in tools and "get_time" not in results:
-        return {"text": PREFIX + "I'll look up the time first.", "tool_calls": [{"name": "get_time", "input": {}}]}
+        return {
+            "text": PREFIX + "I'll look up the time first.",
+            "tool_calls": [{"name": "get_time", "input": {}}],
+        }
     if "save_note" in tools and "save_note" not in results:
         return {
             "text": PREFIX + "Saving a note about the goal.",
@@ -181,7 +184,9 @@ def demo_turn(body: dict[str, Any]) -> dict[str, Any]:
     email = results.get("send_email")
     outcome = ""
     if email is not None:
-        outcome = "The email was not sent: " + _text_of(email) if email.get("is_error") else "The email went out."
+        outcome = (
+            "The email was not sent: " + _text_of(email) if email.get("is_error") else "The email went out."
+        )
     when = _text_of(results["get_time"]) if "get_time" in results else "unknown"
     noted = " I saved a note." if "save_note" in results else ""
     return {"text": f"{PREFIX}Done. The time was {when}.{noted} {outcome}".rstrip()}
@@ -217,7 +222,10 @@ class PromptCache:
     def usage(self, session: str, body: dict[str, Any]) -> dict[str, int]:
         parts: list[tuple[str, bool]] = []
         system = body.get("system")
-        blocks = [*body.get("tools", []), *([{"type": "text", "text": system}] if isinstance(system, str) else system or [])]
+        blocks = [
+            *body.get("tools", []),
+            *([{"type": "text", "text": system}] if isinstance(system, str) else system or []),
+        ]
         for message in body.get("messages", []):
             content = message.get("content")
             blocks += [{"type": "text", "text": content}] if isinstance(content, str) else content
@@ -248,7 +256,9 @@ class PromptCache:
         }
 
 
-def build_message(turn: dict[str, Any], body: dict[str, Any], cached: dict[str, int] | None = None) -> dict[str, Any]:
+def build_message(
+    turn: dict[str, Any], body: dict[str, Any], cached: dict[str, int] | None = None
+) -> dict[str, Any]:
     content: list[dict[str, Any]] = list(turn.get("content", []))
     if not content:
         if turn.get("text"):
@@ -337,7 +347,9 @@ class Handler(BaseHTTPRequestHandler):
             self._scripted_call()
         elif path == "/v1/messages/count_tokens":
             body = self._body()
-            count = max(1, len(json.dumps([body.get("system"), body.get("tools"), body.get("messages")])) // 4)
+            count = max(
+                1, len(json.dumps([body.get("system"), body.get("tools"), body.get("messages")])) // 4
+            )
             self._json(200, {"input_tokens": count})
         else:
             self._body()  # read it, or the next request on this connection starts inside it
@@ -366,7 +378,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("x-agent-purpose") == "summary":
             # A summary of what no longer fits the context: answered without using a turn.
             excerpt = self._summary_request_text(body)
-            turn: dict[str, Any] = {"text": f"{PREFIX}summary of {excerpt.count('tool_use_id')} tool results and what led to them."}
+            turn: dict[str, Any] = {
+                "text": f"{PREFIX}summary of {excerpt.count('tool_use_id')} tool results and what led to them."
+            }
         else:
             turn = self.server.script.next_turn(session, body)
         if turn.get("delay"):
@@ -438,12 +452,19 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         chunk_delay = float(turn.get("chunk_delay", 0))
         pace = float(turn.get("pace", 0))
-        start = {**message, "content": [], "stop_reason": None, "usage": {**message["usage"], "output_tokens": 1}}
+        start = {
+            **message,
+            "content": [],
+            "stop_reason": None,
+            "usage": {**message["usage"], "output_tokens": 1},
+        }
         self._event("message_start", {"type": "message_start", "message": start})
         if turn.get("stall"):
             time.sleep(float(turn["stall"]))
         if turn.get("malformed"):
-            self.wfile.write(b'event: content_block_start\ndata: {"type": "content_block_start", "index": 0,\n\n')
+            self.wfile.write(
+                b'event: content_block_start\ndata: {"type": "content_block_start", "index": 0,\n\n'
+            )
             self.wfile.flush()
             return
         for index, block in enumerate(message["content"]):

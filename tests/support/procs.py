@@ -68,7 +68,9 @@ class WorkerProcess:
         deadline = time.monotonic() + timeout
         while self.process.poll() is None:
             if time.monotonic() > deadline:
-                raise AssertionError(f"worker {self.pid} still running {timeout:g} s after SIGTERM:\n{self.log()}")
+                raise AssertionError(
+                    f"worker {self.pid} still running {timeout:g} s after SIGTERM:\n{self.log()}"
+                )
             await asyncio.sleep(0.02)
         return time.time()
 
@@ -201,10 +203,14 @@ async def wait_polling(client: Client, worker: WorkerProcess, timeout: float = 6
     deadline = time.monotonic() + timeout
     while True:
         if not worker.alive():
-            raise AssertionError(f"worker {worker.pid} exited with {worker.process.returncode}:\n{worker.log()}")
+            raise AssertionError(
+                f"worker {worker.pid} exited with {worker.process.returncode}:\n{worker.log()}"
+            )
         seen = set()
         for kind in kinds:
-            root = DescribeTaskQueueRequest(namespace=client.namespace, task_queue=queue, task_queue_type=kind)
+            root = DescribeTaskQueueRequest(
+                namespace=client.namespace, task_queue=queue, task_queue_type=kind
+            )
             if ours((await client.workflow_service.describe_task_queue(root)).pollers):
                 seen.add(kind)
         if seen != set(kinds):
@@ -235,10 +241,14 @@ async def wait_for_status(handle: WorkflowHandle, status: str, timeout: float = 
 
 
 def effects_of(session_id: str, tool: str | None = None) -> list[dict[str, Any]]:
-    return [e for e in read_effects() if e["session_id"] == session_id and (tool is None or e["tool"] == tool)]
+    return [
+        e for e in read_effects() if e["session_id"] == session_id and (tool is None or e["tool"] == tool)
+    ]
 
 
-async def wait_for_effects(session_id: str, tool: str, count: int = 1, timeout: float = 30) -> list[dict[str, Any]]:
+async def wait_for_effects(
+    session_id: str, tool: str, count: int = 1, timeout: float = 30
+) -> list[dict[str, Any]]:
     def check() -> list[dict[str, Any]] | None:
         found = effects_of(session_id, tool)
         return found if len(found) >= count else None

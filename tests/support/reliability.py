@@ -46,7 +46,9 @@ def current_test() -> str:
 
 def record(area: str, fault: str, outcome: str, figures: dict[str, object] | None = None) -> None:
     """Record what a fault did; the calling test's node id names the proof."""
-    ROWS.append(Row(area, fault, outcome, current_test(), {k: str(v) for k, v in (figures or {}).items()}, STARTED))
+    ROWS.append(
+        Row(area, fault, outcome, current_test(), {k: str(v) for k, v in (figures or {}).items()}, STARTED)
+    )
 
 
 def note(report: Any) -> None:

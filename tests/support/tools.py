@@ -24,9 +24,7 @@ async def slow_charge(
 
 
 @tool(policy="idempotent")
-async def slow_upsert(
-    key: str, seconds: Annotated[float, Field(ge=0, le=120)], ctx: ToolContext
-) -> str:
+async def slow_upsert(key: str, seconds: Annotated[float, Field(ge=0, le=120)], ctx: ToolContext) -> str:
     """Write a record, slowly. Idempotent: safe to run again with the same idempotency key."""
     record_effect("slow_upsert", ctx.session_id, ctx.idempotency_key, {"key": key, "seconds": seconds})
     await asyncio.sleep(seconds)

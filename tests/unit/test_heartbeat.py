@@ -45,7 +45,9 @@ def blocking(seconds: float, ctx: ToolContext) -> str:
     return "done"
 
 
-def environment(timeout: float | None = None, carried: list[Any] | None = None) -> tuple[ActivityEnvironment, list[tuple[Any, ...]]]:
+def environment(
+    timeout: float | None = None, carried: list[Any] | None = None
+) -> tuple[ActivityEnvironment, list[tuple[Any, ...]]]:
     env = ActivityEnvironment()
     env.info = dataclasses.replace(
         env.info,

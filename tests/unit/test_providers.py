@@ -44,7 +44,10 @@ URL = "https://api.anthropic.com/v1/messages"
         ("claude-sonnet-4-5", ("anthropic", "claude-sonnet-4-5")),
         ("anthropic:claude-sonnet-4-5", ("anthropic", "claude-sonnet-4-5")),
         # A dot before the colon is a model id of its own, not a prefix.
-        ("anthropic.claude-3-5-sonnet-20240620-v1:0", ("anthropic", "anthropic.claude-3-5-sonnet-20240620-v1:0")),
+        (
+            "anthropic.claude-3-5-sonnet-20240620-v1:0",
+            ("anthropic", "anthropic.claude-3-5-sonnet-20240620-v1:0"),
+        ),
     ],
 )
 def test_the_prefix_names_the_provider(model, expected):
@@ -129,14 +132,18 @@ def test_cache_breakpoints_go_on_tools_system_and_the_last_message():
     assert params["system"][0]["cache_control"] == {"type": "ephemeral"}
     assert [("cache_control" in b) for b in params["messages"][0]["content"]] == [False, True]
     assert "cache_control" not in messages[0]["content"][1]  # the transcript is not changed
-    one_off = build_params(ProviderCall(model="m", system="s", max_tokens=10, tools=[], messages=messages, cache=False))
+    one_off = build_params(
+        ProviderCall(model="m", system="s", max_tokens=10, tools=[], messages=messages, cache=False)
+    )
     assert "cache_control" not in str(one_off) and "tools" not in one_off
 
 
 # ---- Anthropic's failures, classified -------------------------------------------------
 
 
-def _status_error(status: int, message: str, headers: dict[str, str] | None = None) -> anthropic.APIStatusError:
+def _status_error(
+    status: int, message: str, headers: dict[str, str] | None = None
+) -> anthropic.APIStatusError:
     response = httpx.Response(status, headers=headers or {}, request=httpx.Request("POST", URL))
     body = {"type": "error", "error": {"type": "some_error", "message": message}}
     return anthropic.APIStatusError(message, response=response, body=body)
@@ -167,7 +174,9 @@ def test_status_errors_are_classified_with_the_providers_message(status, message
 
 
 def test_a_retryable_status_honours_retry_after():
-    assert classify(_status_error(429, "slow down", {"retry-after": "7"})).next_retry_delay == timedelta(seconds=7)
+    assert classify(_status_error(429, "slow down", {"retry-after": "7"})).next_retry_delay == timedelta(
+        seconds=7
+    )
     assert classify(_status_error(529, "busy", {"retry-after-ms": "1500"})).next_retry_delay == timedelta(
         seconds=1.5
     )
@@ -249,7 +258,9 @@ class ScriptedProvider:
         if len(str(call.messages)) > self.limit:
             raise _status_error(400, "prompt is too long: 999999 tokens > 200000 maximum")
         message = Message(role="assistant", content=[TextBlock(text="done")])
-        return ModelTurn(message=message, stop_reason="end_turn", usage=Usage(output_tokens=1), model="m-2025")
+        return ModelTurn(
+            message=message, stop_reason="end_turn", usage=Usage(output_tokens=1), model="m-2025"
+        )
 
     async def count_tokens(self, call: ProviderCall) -> int | None:
         return None
@@ -294,7 +305,9 @@ async def test_a_prompt_that_never_fits_ends_as_prompt_too_long(tmp_path):
 async def test_a_missing_transcript_is_reported_for_the_workflow_to_resend(tmp_path):
     store = TranscriptStore(tmp_path)
     request = (await _request_with_history(store, 1)).model_copy(update={"transcript_ref": "0" * 64})
-    model = ModelActivities(store=TranscriptStore(tmp_path / "empty"), providers={"anthropic": ScriptedProvider(9999)})
+    model = ModelActivities(
+        store=TranscriptStore(tmp_path / "empty"), providers={"anthropic": ScriptedProvider(9999)}
+    )
     with pytest.raises(ApplicationError) as err:
         await ActivityEnvironment().run(model.call_model, request)
     assert err.value.type == "TranscriptMissing" and err.value.non_retryable
