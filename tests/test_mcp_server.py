@@ -162,11 +162,11 @@ async def test_stdio_with_elicitation_approves_with_an_edited_input(
             listed = {t.name: t for t in (await mcp.list_tools()).tools}
             assert set(listed) == TOOLS
             assert all(t.output_schema and t.input_schema["type"] == "object" for t in listed.values())
-            assert all(
-                listed[n].annotations.read_only_hint for n in ("get_session", "list_sessions", "list_agents")
-            )  # pyright: ignore[reportOptionalMemberAccess]
-            assert listed["cancel_session"].annotations.destructive_hint  # pyright: ignore[reportOptionalMemberAccess]
-            assert not any(listed[n].annotations.destructive_hint for n in TOOLS - {"cancel_session"})  # pyright: ignore[reportOptionalMemberAccess]
+            notes = {name: tool.annotations for name, tool in listed.items()}
+            assert all(note is not None for note in notes.values())
+            assert all(notes[n].read_only_hint for n in ("get_session", "list_sessions", "list_agents"))  # pyright: ignore[reportOptionalMemberAccess]  (checked above)
+            assert notes["cancel_session"].destructive_hint  # pyright: ignore[reportOptionalMemberAccess]  (checked above)
+            assert not any(notes[n].destructive_hint for n in TOOLS - {"cancel_session"})  # pyright: ignore[reportOptionalMemberAccess]  (checked above)
             await approved_with_elicitation(mcp, fake_model, harness.client, MCP_USER)
             assert_asked_with_a_flat_form(approver.asked)
         stderr.seek(0)
