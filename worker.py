@@ -25,7 +25,7 @@ The worker serves its model calls' text, while the model writes it, to followers
 the service's event stream) over HTTP on `--live-host` (default 127.0.0.1) and
 `--live-port` (default: any free port), and names the URL in its worker identity
 (`PID@HOST live=http://...`), where a follower finds it; the text never enters Temporal
-(infra/live.py). `--no-live` turns it off: followers then see the text with each turn.
+(activities/live_server.py). `--no-live` turns it off: followers then see the text with each turn.
 
 `--deployment NAME --build-id ID` registers the worker as one version of a Temporal
 Worker Deployment (docs/operations/deployment.md); without them it runs unversioned.
@@ -207,7 +207,7 @@ def build_worker(
     throttle = min(HEARTBEAT_THROTTLE, heartbeat_timeout / 6) if heartbeat_timeout else HEARTBEAT_THROTTLE
     make: Callable[..., Worker] = Worker
     if live is not None:
-        from infra.live import LiveServer, LiveWorker, with_live
+        from activities.live_server import LiveServer, LiveWorker, with_live
 
         server = LiveServer(client.data_converter, *live)
         options["identity"] = with_live(options.get("identity") or client.identity, server.bind())
@@ -316,11 +316,11 @@ def parse_args() -> argparse.Namespace:
 async def main() -> None:
     args = parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from activities.live_server import live_url
     from activities.mcp import McpActivities
     from activities.providers import import_sdks
     from infra.connection import connect, task_queue
     from infra.definitions import DefinitionError, load_definitions
-    from infra.live import live_url
 
     tools = load_tools(args.tools)
     workflow = load_workflow(args.workflow) if args.workflow else None

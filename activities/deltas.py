@@ -1,7 +1,7 @@
 """Streamed model text, kept in this worker process while a call runs; never sent to Temporal.
 
 The model activity writes each chunk of the answer's text into `LIVE`, the process's calls
-in progress, keyed by session, step and attempt. The worker's live server (infra/live.py)
+in progress, keyed by session, step and attempt. The worker's live server (activities/live_server.py)
 reads them out to followers over HTTP: the text so far, then each chunk as it comes, until
 the call ends. Nothing here is a signal, an update or a heartbeat: a step costs the same
 in Temporal whether anyone follows it or not, and the finished turn (in history) carries

@@ -23,7 +23,7 @@ counters (`--metrics-port`): activity heartbeats that reached the server
 (`service_requests{operation="RecordActivityTaskHeartbeat"}`, frontend, namespace
 `default`), rejected updates and queries (never in history), and the server's own `action`
 counter. The other actions come from the session's history with Temporal Cloud's rules
-(bench/actions.py); the history's bytes are the length of `temporal workflow show --output
+(bench/billing.py); the history's bytes are the length of `temporal workflow show --output
 json`. Step time is from one model request's arrival at the model server to the next; the
 gap is from a turn's last byte to the next request (the tool call and the orchestration).
 """
@@ -45,7 +45,7 @@ from typing import Any
 
 from temporalio.client import WorkflowHandle
 
-from bench import actions
+from bench import billing
 from bench.common import GOAL, MODEL, SMALL_OUTPUT, SYSTEM, paced_turns
 from bench.contenders import FakeModel, TemporalContender, make, new_session
 from bench.procs import ROOT
@@ -225,7 +225,7 @@ async def session_once(row: Row, c: TemporalContender, fake: FakeModel, cfg: Any
     requests = sorted(fake._call("GET", f"/_requests?session={session}"), key=lambda r: r["at"])
     fake.reset()
     events = (await handle.fetch_history()).events
-    found = actions.count(events, heartbeats=sum(counters.get(k, 0) for k in HEARTBEATS),
+    found = billing.count(events, heartbeats=sum(counters.get(k, 0) for k in HEARTBEATS),
                           rejected_updates=sum(counters.get(k, 0) for k in REJECTED))  # fmt: skip
     starts = [r["at"] for r in requests]
     gaps = [b["at"] - a["done"] for a, b in itertools.pairwise(requests) if a.get("done")]

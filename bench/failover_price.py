@@ -8,7 +8,7 @@ processes of that setting (the tool `lookup` a regular activity, bench/project_t
 - **actions a step**: `--sessions` sessions one at a time, each `--calls` model calls that
   write `--words` words at `--pace` seconds a word (about 6 s a turn, streamed), with one
   tool call between them, nobody watching (the economy scenario's steps). Actions are
-  counted in the histories by Cloud's rules (bench/actions.py), heartbeats from the dev
+  counted in the histories by Cloud's rules (bench/billing.py), heartbeats from the dev
   server's request counter; the sessions' own `temporal_actions` beside them.
 - **detection after kill -9**: a session whose model call writes for `--kill-call-seconds`;
   2 s into it the worker process that runs it is killed (by its PID). Detection is the
@@ -37,7 +37,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from bench import actions
+from bench import billing
 from bench.common import GOAL, MODEL, SYSTEM, paced_turns, prose
 from bench.contenders import FakeModel
 from bench.economy import HEARTBEATS, diff, metrics_url, scrape
@@ -126,9 +126,9 @@ async def price(
         await asyncio.sleep(COUNTER_SETTLE_S)
         counters = diff(before, await asyncio.to_thread(scrape, metrics))
         sent = sum(counters.get(k, 0) for k in HEARTBEATS)
-        found = actions.Actions(heartbeats=sent)
+        found = billing.Actions(heartbeats=sent)
         for events in await runs_of(client, session):
-            found = found + actions.count(events)
+            found = found + billing.count(events)
         total, beats, own = total + found.total, beats + sent, own + result.temporal_actions
     steps = args.sessions * args.calls
     return total / steps, beats / steps, own / steps

@@ -230,7 +230,7 @@ def _median(values: list[float]) -> float:
 
 def economy_figures(results: Results, cfg: Config) -> dict[str, dict[str, list[float]]]:
     """row -> figure -> one value a step per session: actions and their kinds, events, bytes."""
-    from bench.actions import Actions
+    from bench.billing import Actions
 
     kinds = list(Actions().as_dict())
     figures: dict[str, dict[str, list[float]]] = {}
@@ -315,7 +315,7 @@ def economy_section(results: Results, cfg: Config, meta: dict[str, Any], separat
     L.append("")
     L.append(
         "Actions are Temporal Cloud's billable actions (docs: \"Temporal Cloud Actions\"), counted by "
-        "bench/actions.py from each session's history, with two kinds history does not hold read from the dev "
+        "bench/billing.py from each session's history, with two kinds history does not hold read from the dev "
         "server's Prometheus counters before and after each session: the activity heartbeats that reached the "
         "server (`service_requests{operation=\"RecordActivityTaskHeartbeat\"}`) and rejected updates. Queries "
         "are not counted (Cloud bills them too; the figure is what the session itself causes). Events and bytes "

@@ -7,7 +7,7 @@ in a buffer. A watcher (or a reconnecting one) reads the buffer after its offset
 waits for more. With nobody watching, the feed stops polling after a grace period (a
 reconnect within it costs nothing) and forgets its buffer later.
 
-The model's text comes live from the worker writing it (sessions/live.py), once per feed
+The model's text comes live from the worker writing it (sessions/live_text.py), once per feed
 too. It is not buffered as events are: the feed keeps the text of the call in progress,
 and a watcher that joins (or reconnects) mid-call first gets it as one delta, then each
 new piece; those deltas have no offset (no SSE `id:`).
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 
-from sessions.live import session_events
+from sessions.live_text import session_events
 from workflows import events as ev
 
 log = logging.getLogger("service.feeds")

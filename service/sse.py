@@ -3,7 +3,7 @@
 `id:` is the event's offset in the session's stream, `event:` its type, `data:` its JSON
 (the typed events of `workflows.events`, text deltas included). A client resumes after
 `Last-Event-ID` (or `?after=N`) and loses and repeats no event. The model's text deltas,
-read live from the worker writing them (sessions/live.py), are not in the stream and have
+read live from the worker writing them (sessions/live_text.py), are not in the stream and have
 no `id:`: a client that connects or reconnects mid-call first gets one delta with the
 text so far (tagged with step and attempt), then the rest; the turn that follows carries
 the whole text. The stream ends after the `end` event; when nothing can follow the

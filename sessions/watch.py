@@ -4,7 +4,7 @@ It reads the session's event stream (Temporal's workflow streams) through the ty
 events of `workflows/events.py`, by replaying the session's history here (sessions/follow.py:
 no billable action, however many watch), so it shows what already happened and then follows,
 whether attached mid-run, after a restart or after the end; the model's text comes live from
-the worker writing it, outside Temporal (sessions/live.py). `--json` prints every event, one
+the worker writing it, outside Temporal (sessions/live_text.py). `--json` prints every event, one
 per line, as the same types serialise, with its `offset` in the stream; live text (`delta`)
 has none (`"offset": null`): the turn that follows carries the whole text. A session whose
 workflow task keeps failing is reported as stuck while the watch goes on.
@@ -25,7 +25,7 @@ from temporalio.service import RPCError
 from activities.wire import Usage
 from infra.errors import AgentError
 from sessions import control
-from sessions.live import session_events
+from sessions.live_text import session_events
 from sessions.render import CALL_MARK, STYLE, console, print_approval_hint, print_stuck, shorten
 from workflows import events as ev
 from workflows.agent import AgentWorkflow

@@ -19,7 +19,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
-from bench.actions import count
+from bench.billing import count
 
 ROOT = Path(__file__).resolve().parent.parent
 

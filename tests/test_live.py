@@ -1,4 +1,4 @@
-"""Live text outside Temporal (activities/deltas.py, infra/live.py, sessions/live.py): a
+"""Live text outside Temporal (activities/deltas.py, activities/live_server.py, sessions/live_text.py): a
 streamed session sends no signal or update, watched or not, by one follower or three; a
 follower arriving mid-turn (`watch --json` in its own process, the service's SSE endpoint)
 first gets one delta with the text so far, tagged with step and attempt, then the rest, then
@@ -27,12 +27,12 @@ from temporalio.client import Client
 from temporalio.converter import DataConverter
 
 from activities.deltas import Deltas, LiveCalls
+from activities.live_server import LiveServer, decode_line, live_url, with_live
 from activities.wire import TextDelta
 from devservers import processes
 from devservers.fakemodel import FakeModelServer
 from infra.connection import data_converter
 from infra.keyring import parse_keys
-from infra.live import LiveServer, decode_line, live_url, with_live
 from tests.conftest import ROOT
 from tests.support.api import ApiProcess, Sse, read_sse, serve_api
 from tests.support.procs import ProcessHarness, holder, start_session, wait_for_model_request, wait_for_status

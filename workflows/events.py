@@ -3,8 +3,8 @@
 Every consumer reads them through `SessionEvent`: the terminal view, `watch --json`, the
 HTTP service's Server-Sent Events. The workflow publishes them on the `event` topic.
 `TextDelta` (streamed text, tagged with step and attempt) is not in the stream: the worker
-running the model call serves it live (infra/live.py), and followers show it under the
-`delta` topic with no offset (sessions/live.py); histories of older workers have deltas
+running the model call serves it live (activities/live_server.py), and followers show it under the
+`delta` topic with no offset (sessions/live_text.py); histories of older workers have deltas
 on the stream's `delta` topic. Readers ignore fields they do not know, so an older reader
 can follow a session run by a newer worker.
 """

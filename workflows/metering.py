@@ -1,6 +1,6 @@
 """Temporal Cloud's billable actions, counted by the session as it causes them.
 
-Temporal Cloud prices by actions (https://docs.temporal.io/cloud/actions; bench/actions.py
+Temporal Cloud prices by actions (https://docs.temporal.io/cloud/actions; bench/billing.py
 counts them in a history). The session counts the same actions as it goes, so `status`
 prices it without Temporal Cloud (`temporal_actions`, carried by continue-as-new in the
 state). Each trace turn has its own: the actions from the start of its model call to the

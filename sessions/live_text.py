@@ -2,7 +2,7 @@
 
 The durable events (status, turn, tool calls, ...) come at their offsets from the
 session's history (sessions/follow.py). The text the model is writing never enters
-Temporal: the worker running the call serves it over HTTP (infra/live.py), and a follower
+Temporal: the worker running the call serves it over HTTP (activities/live_server.py), and a follower
 reads it there. To find that worker it describes the session (DescribeWorkflowExecution is
 not a billable action) when a model call may have begun: when it starts following, and
 after each durable event that the next call follows (`running`, a tool's result, a
@@ -36,10 +36,10 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from infra.live import decode_line, live_url
+from activities.live_server import decode_line, live_url
 from workflows import events as ev
 
-log = logging.getLogger("sessions.live")
+log = logging.getLogger("sessions.live_text")
 MODEL_ACTIVITY = "call_model"
 FIRST_RETRY_S = 0.1
 MAX_RETRY_S = 8.0

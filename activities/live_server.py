@@ -3,7 +3,7 @@
 Each worker process serves the text of its model calls in progress (activities/deltas.py)
 over HTTP, on `--live-host`/`--live-port` (127.0.0.1 and any free port by default), and
 puts the server's URL in its worker identity (`PID@HOST live=http://127.0.0.1:PORT`). A
-follower (sessions/live.py) finds the worker running a session's model call in the
+follower (sessions/live_text.py) finds the worker running a session's model call in the
 session's description, which lists the pending `call_model` activity with its attempt and
 `last_worker_identity` (DescribeWorkflowExecution is not a billable action), and reads:
 
@@ -37,7 +37,7 @@ from activities.deltas import LIVE, LiveCalls
 from activities.wire import TextDelta
 from infra.errors import ConfigError
 
-log = logging.getLogger("infra.live")
+log = logging.getLogger("activities.live_server")
 KEY = "live"  # the identity's token: live=URL
 WAIT_FOR_CALL_S = 3.0  # a follower may ask as soon as the attempt started, before its text opened
 SHUTDOWN_GRACE_S = 1
