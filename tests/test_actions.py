@@ -2,7 +2,7 @@
 
 A default worker schedules no heartbeat timeout and its activities send no heartbeat. A
 session's `temporal_actions` (status, history, each trace turn) equals what
-bench/actions.py counts in its histories by Cloud's rules plus the heartbeats the dev
+bench/billing.py counts in its histories by Cloud's rules plus the heartbeats the dev
 server's counters saw, over continue-as-new, with approvals, pauses, local and regular
 tools, timers, upserts, a rejected update (not counted: nothing in history says it
 happened) and a sub-agent; and the same when every workflow task replays the session
@@ -23,7 +23,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
-from bench.actions import Actions, count
+from bench.billing import Actions, count
 from bench.economy import HEARTBEATS, REJECTED, metrics_url, scrape
 from devservers.fakemodel import FakeModelServer
 from tests.conftest import Harness, answer, model_activities, tool_use
@@ -53,7 +53,7 @@ async def runs_of(client: Client, session_id: str) -> list[list[HistoryEvent]]:
 
 
 async def counted(client: Client, session_id: str, heartbeats: int = 0) -> Actions:
-    """bench/actions.py's count of every run of the session, plus `heartbeats`."""
+    """bench/billing.py's count of every run of the session, plus `heartbeats`."""
     total = Actions(heartbeats=heartbeats)
     for events in await runs_of(client, session_id):
         total = total + count(events)
@@ -74,7 +74,9 @@ class Counters:
         return sum(grew.get(k, 0) for k in HEARTBEATS), sum(grew.get(k, 0) for k in REJECTED)
 
 
-async def test_a_default_worker_schedules_no_heartbeat_timeout_and_sends_no_heartbeat(harness: Harness, dev_server):
+async def test_a_default_worker_schedules_no_heartbeat_timeout_and_sends_no_heartbeat(
+    harness: Harness, dev_server
+):
     counters = Counters(dev_server)
     handle = await harness.start([
         {**tool_use("slow_upsert", {"key": "k", "seconds": 2.5}, id="u1"), "delay": 2.5},
@@ -90,8 +92,12 @@ async def test_a_default_worker_schedules_no_heartbeat_timeout_and_sends_no_hear
                for a in scheduled), scheduled  # fmt: skip
     assert heartbeats == 0
     assert result.temporal_actions == (await counted(harness.client, handle.id)).total
-    record(AREA, "a worker with its defaults; a 2.5 s model call and a 2.5 s tool",
-           "no activity is scheduled with a heartbeat timeout and the server records no heartbeat", {})
+    record(
+        AREA,
+        "a worker with its defaults; a 2.5 s model call and a 2.5 s tool",
+        "no activity is scheduled with a heartbeat timeout and the server records no heartbeat",
+        {},
+    )
 
 
 async def _a_busy_session(harness: Harness, dev_server) -> tuple[WorkflowHandle, int, int]:
@@ -129,7 +135,9 @@ async def test_the_sessions_count_is_its_history_and_the_servers_heartbeats(
     # As `worker.py --heartbeat-timeout 3` runs it; without a cache every task replays the session.
     options: dict[str, Any] = {} if cached else {"max_cached_workflows": 0}
     model = model_activities(fake_model, data_dir)
-    async with build_worker(client, TOOLS, queue=queue, model=model, heartbeat_timeout=timedelta(seconds=3), **options):
+    async with build_worker(
+        client, TOOLS, queue=queue, model=model, heartbeat_timeout=timedelta(seconds=3), **options
+    ):
         harness = Harness(client, fake_model, queue)
         handle, heartbeats, rejected = await _a_busy_session(harness, dev_server)
         status = await handle.query(AgentWorkflow.status)  # answered from a replay when uncached
@@ -141,11 +149,18 @@ async def test_the_sessions_count_is_its_history_and_the_servers_heartbeats(
     assert history.temporal_actions == found.total
     assert sum(t.temporal_actions for t in history.trace) == found.total
     assert all(t.temporal_actions > 0 for t in history.trace)
-    record(AREA, f"a session over two runs, {'cached' if cached else 'replayed at every workflow task'}: "
-           "local and regular tools, an approval, pause and resume, a refused update, heartbeats every 1 s",
-           "`temporal_actions` in status equals bench/actions.py's count of its two histories plus the "
-           "server's heartbeat counter; the trace turns add up to it; the refused update is the one not counted",
-           {"actions": found.total, "of which heartbeats": heartbeats, "refused updates (not counted)": rejected})
+    record(
+        AREA,
+        f"a session over two runs, {'cached' if cached else 'replayed at every workflow task'}: "
+        "local and regular tools, an approval, pause and resume, a refused update, heartbeats every 1 s",
+        "`temporal_actions` in status equals bench/billing.py's count of its two histories plus the "
+        "server's heartbeat counter; the trace turns add up to it; the refused update is the one not counted",
+        {
+            "actions": found.total,
+            "of which heartbeats": heartbeats,
+            "refused updates (not counted)": rejected,
+        },
+    )
 
 
 async def test_a_subagent_is_counted_in_its_parent(harness: Harness, tmp_path: Path):
@@ -170,7 +185,9 @@ async def test_a_subagent_is_counted_in_its_parent(harness: Harness, tmp_path: P
 
 
 async def test_status_history_and_list_show_the_count(harness: Harness):
-    handle = await harness.start([tool_use("save_note", {"title": "t", "text": "x"}, id="n1"), answer("Noted.")])
+    handle = await harness.start(
+        [tool_use("save_note", {"title": "t", "text": "x"}, id="n1"), answer("Noted.")]
+    )
     result: SessionStatus = await asyncio.wait_for(handle.result(), 60)
     code, out, err = await run_cli(harness, "status", handle.id, "--json")
     assert code == 0, err
@@ -188,7 +205,9 @@ async def test_status_history_and_list_show_the_count(harness: Harness):
 
 
 async def test_a_fork_counts_its_own_actions_from_zero(harness: Harness):
-    source = await harness.start([tool_use("save_note", {"title": "t", "text": "x"}, id="n1"), answer("Noted.")])
+    source = await harness.start(
+        [tool_use("save_note", {"title": "t", "text": "x"}, id="n1"), answer("Noted.")]
+    )
     ended: SessionStatus = await asyncio.wait_for(source.result(), 60)
     fork = f"{source.id}-fork"
     harness.script(fork, [answer("Noted again.")])
