@@ -26,6 +26,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from bench.billing import Actions, count
 from bench.economy import HEARTBEATS, REJECTED, metrics_url, scrape
 from devservers.fakemodel import FakeModelServer
+from sessions import control
 from tests.conftest import Harness, answer, model_activities, tool_use
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
@@ -33,7 +34,7 @@ from tests.test_agents import cli, team
 from tests.test_watch import EMAIL, run_cli, wait_for_status
 from worker import build_worker
 from workflows.agent import AgentWorkflow
-from workflows.contract import Decision, SessionHistory, SessionStatus
+from workflows.contract import Decision, Limits, SessionHistory, SessionInput, SessionStatus
 
 AREA = "Billable actions"
 SETTLE_S = 1.0  # the server's counters lag its requests
@@ -104,16 +105,20 @@ async def _a_busy_session(harness: Harness, dev_server) -> tuple[WorkflowHandle,
     """A session over two runs: a local tool, a slow regular tool, an approval with a pause
     and resume (signals) and a refused update; model calls long enough to heartbeat."""
     counters = Counters(dev_server)
-    handle = await harness.start(
-        [
-            {**tool_use("get_time", id="t1"), "delay": 2.2},
-            tool_use("slow_upsert", {"key": "k", "seconds": 2.2}, id="u1"),
-            tool_use("send_email", EMAIL, id="e1"),
-            {**answer("Sent."), "delay": 1.2},
-        ],
-        limits={"continue_as_new_after_steps": 2},
-        search_attributes=True,
+    session_id = f"test-{uuid.uuid4().hex[:10]}"
+    harness.script(session_id, [
+        {**tool_use("get_time", id="t1"), "delay": 2.2},
+        tool_use("slow_upsert", {"key": "k", "seconds": 2.2}, id="u1"),
+        tool_use("send_email", EMAIL, id="e1"),
+        {**answer("Sent."), "delay": 1.2},
+    ])  # fmt: skip
+    # As `client.py start` starts it: with its search attributes, so that its first workflow
+    # task records a patch marker beside the local activity that lists the tools.
+    session_input = SessionInput(
+        goal="do the thing", limits=Limits(continue_as_new_after_steps=2), search_attributes=True
     )
+    handle = await control.start(harness.client, session_input, session_id, task_queue=harness.task_queue,
+                                 summary="busy", details="busy")  # fmt: skip
     await wait_for_status(handle, "waiting_approval", timeout=60)
     with pytest.raises(WorkflowUpdateFailedError):
         await handle.execute_update(AgentWorkflow.approve_call, Decision(tool_use_id="nope"))
@@ -127,21 +132,20 @@ async def _a_busy_session(harness: Harness, dev_server) -> tuple[WorkflowHandle,
     return handle, heartbeats, rejected
 
 
-@pytest.mark.parametrize("cached", [True, False], ids=["cached", "replayed-every-task"])
 async def test_the_sessions_count_is_its_history_and_the_servers_heartbeats(
-    client: Client, fake_model: FakeModelServer, data_dir: Path, dev_server, cached: bool
+    client: Client, fake_model: FakeModelServer, data_dir: Path, dev_server
 ):
     queue = f"test-{uuid.uuid4().hex[:8]}"
-    # As `worker.py --heartbeat-timeout 3` runs it; without a cache every task replays the session.
-    options: dict[str, Any] = {} if cached else {"max_cached_workflows": 0}
     model = model_activities(fake_model, data_dir)
-    async with build_worker(
-        client, TOOLS, queue=queue, model=model, heartbeat_timeout=timedelta(seconds=3), **options
-    ):
+    # As `worker.py --heartbeat-timeout 3` runs it.
+    async with build_worker(client, TOOLS, queue=queue, model=model, heartbeat_timeout=timedelta(seconds=3)):
         harness = Harness(client, fake_model, queue)
         handle, heartbeats, rejected = await _a_busy_session(harness, dev_server)
-        status = await handle.query(AgentWorkflow.status)  # answered from a replay when uncached
+        status = await handle.query(AgentWorkflow.status)
         history: SessionHistory = await handle.query(AgentWorkflow.history)
+    # A worker that has never seen the session answers from a replay of its history.
+    async with build_worker(client, TOOLS, queue=queue, model=model, heartbeat_timeout=timedelta(seconds=3)):
+        replayed = await handle.query(AgentWorkflow.history)
     found = await counted(client, handle.id, heartbeats)
     assert heartbeats >= 3  # two model calls and the slow tool outlast a beat's interval
     assert rejected == 1  # the refused approval: billed, and not in history
@@ -149,12 +153,15 @@ async def test_the_sessions_count_is_its_history_and_the_servers_heartbeats(
     assert history.temporal_actions == found.total
     assert sum(t.temporal_actions for t in history.trace) == found.total
     assert all(t.temporal_actions > 0 for t in history.trace)
+    assert replayed.temporal_actions == found.total
+    assert [t.temporal_actions for t in replayed.trace] == [t.temporal_actions for t in history.trace]
     record(
         AREA,
-        f"a session over two runs, {'cached' if cached else 'replayed at every workflow task'}: "
-        "local and regular tools, an approval, pause and resume, a refused update, heartbeats every 1 s",
+        "a session over two runs: local and regular tools, an approval, pause and resume, a refused "
+        "update, heartbeats every 1 s; then its status from a worker that replays it",
         "`temporal_actions` in status equals bench/billing.py's count of its two histories plus the "
-        "server's heartbeat counter; the trace turns add up to it; the refused update is the one not counted",
+        "server's heartbeat counter, and the same after a replay; the trace turns add up to it; the refused "
+        "update is the one not counted",
         {
             "actions": found.total,
             "of which heartbeats": heartbeats,

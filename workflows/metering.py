@@ -19,7 +19,12 @@ Counted, by Cloud's rules:
   (`ModelReply.heartbeats`, `ToolOutcome.heartbeats`), or from the last beat a heartbeat
   timeout recorded (activities/heartbeat.py).
 - **local activities**: 1 per workflow task that recorded markers (local activities and
-  `workflow.patched`), plus each local-activity attempt after the first.
+  `workflow.patched`), plus each local-activity attempt after the first. A local
+  activity's marker is counted in the workflow task that scheduled it (the worker holds
+  that task open until it ends), unless its result came in a task that started more than
+  half a task timeout later: one that outlived its task's heartbeat is recorded in a later
+  one. Both are read from history (its length and time as each task started), so a
+  replay counts the same.
 - **timers**: 1 per timer that reached the server (one started and cancelled in the same
   workflow task never does).
 - **signals** received and **updates** accepted: 1 each, counted by `Metering`
@@ -34,10 +39,14 @@ has them), queries (each `status` is one more), the attempts of an activity that
 other than by exhausting its retries or was cancelled (its result carries no attempt
 number), the heartbeats of the MCP tool listing and of failed attempts whose last beat
 was not recorded, and the workflow-task heartbeats of a local activity that runs longer
-than a workflow task.
+than a workflow task. A worker without a workflow cache (`max_cached_workflows=0`) may
+record a quick local activity's marker in the next workflow task: one batch too few.
 """
 
 from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, RetryState, TimeoutError
@@ -45,6 +54,20 @@ from temporalio.exceptions import ActivityError, RetryState, TimeoutError
 with workflow.unsafe.imports_passed_through():
     from activities.heartbeat import carried_count
     from workflows.state import SessionState
+
+
+DEFAULT_TASK_TIMEOUT = timedelta(seconds=10)
+
+
+class Task(NamedTuple):
+    """A workflow task as the workflow sees it: the events in history as it started, and when."""
+
+    length: int
+    at: datetime
+
+
+def current_task() -> Task:
+    return Task(history_length(), workflow.now())
 
 
 class Meter:
@@ -95,19 +118,26 @@ class Meter:
         if history_length() != scheduled_at:
             self.add(1)
 
-    def local_activity(self, attempt: int = 1) -> None:
-        """A local activity's result (recorded as a marker) on its `attempt`th attempt."""
-        self.marker()
+    def local_activity(self, scheduled: Task, attempt: int = 1) -> None:
+        """A local activity scheduled in the task `scheduled` ended on its `attempt`th attempt."""
+        self._local_marker(scheduled)
         self.add(attempt - 1)
 
-    def local_activity_failed(self, err: BaseException, attempts: int) -> None:
-        self.marker()
+    def local_activity_failed(self, scheduled: Task, err: BaseException, attempts: int) -> None:
+        self._local_marker(scheduled)
         if isinstance(err, ActivityError) and err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
             self.add(attempts - 1)
 
+    def _local_marker(self, scheduled: Task) -> None:
+        now = current_task()
+        outlived = now.at - scheduled.at > (workflow.info().task_timeout or DEFAULT_TASK_TIMEOUT) / 2
+        self._marker_in(now.length if outlived else scheduled.length)
+
     def marker(self) -> None:
         """A marker recorded in the current workflow task: all of a task's markers count 1."""
-        task = history_length()
+        self._marker_in(history_length())
+
+    def _marker_in(self, task: int) -> None:
         if task not in self._marker_tasks:
             self._marker_tasks.add(task)
             self.add(1)

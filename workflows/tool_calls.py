@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import options, spans
     from workflows.contract import CallStatus, ToolCallRecord
     from workflows.events import ApprovalRequested, ToolCallEnded, ToolCallStarted
-    from workflows.metering import history_length
+    from workflows.metering import current_task, history_length
     from workflows.session import HandOver, Session, describe_failure, error_type, short, was_cancelled
     from workflows.state import SETTLED
     from workflows.subagents import SubAgents
@@ -136,6 +136,7 @@ class ToolRunner:
             return None
         meter = self.session.meter
         if spec.server is None:
+            task = current_task()
             try:
                 problem = await workflow.execute_local_activity_method(
                     ToolActivities.check_tool_input,
@@ -144,9 +145,9 @@ class ToolRunner:
                     summary=f"check the input of {call.name}",
                 )
             except ActivityError as err:
-                meter.local_activity_failed(err, 1)
+                meter.local_activity_failed(task, err, 1)
                 raise
-            meter.local_activity()
+            meter.local_activity(task)
             return problem
         scheduled = history_length()
         try:
@@ -186,7 +187,7 @@ class ToolRunner:
         self.session.view.changed()
         if spec.subagent is not None:
             return await self._execute_subagent(call, spec)
-        meter, scheduled = self.session.meter, history_length()
+        meter, task = self.session.meter, current_task()
         local = _runs_locally(spec)
         try:
             outcome = await self._activity(
@@ -194,20 +195,20 @@ class ToolRunner:
             )
         except ActivityError as err:
             if was_cancelled(err):
-                self._metered_interruption(local, scheduled)
+                self._metered_interruption(local, task.length)
                 self._close(call, "cancelled", "cancelled before it finished")
                 raise asyncio.CancelledError() from err
             if local:
-                meter.local_activity_failed(err, options.attempts(options.run_local_tool()))
+                meter.local_activity_failed(task, err, options.attempts(options.run_local_tool()))
             else:
                 meter.activity_failed(err, options.attempts(self._options(spec)))
             return self._close(call, *_failed(spec, err))
         except asyncio.CancelledError:
-            self._metered_interruption(local, scheduled)
+            self._metered_interruption(local, task.length)
             self._close(call, "cancelled", "cancelled before it finished")
             raise
         if local:
-            meter.local_activity(outcome.attempt)
+            meter.local_activity(task, outcome.attempt)
         else:
             meter.activity(outcome.attempt, outcome.heartbeats)
         call.output_ref = outcome.content_ref
@@ -327,6 +328,7 @@ async def list_mcp_tools(session: Session) -> list[ToolSpec]:
 
 async def describe_tools(session: Session) -> list[ToolSpec]:
     """The worker's tools, narrowed to the session's list."""
+    task = current_task()
     try:
         specs = await workflow.execute_local_activity_method(
             ToolActivities.describe_tools,
@@ -334,9 +336,9 @@ async def describe_tools(session: Session) -> list[ToolSpec]:
             summary="list the worker's tools",
         )
     except (ActivityError, ApplicationError) as err:  # a local activity's failure may come bare
-        session.meter.local_activity_failed(err, options.attempts(options.describe_tools()))
+        session.meter.local_activity_failed(task, err, options.attempts(options.describe_tools()))
         raise
-    session.meter.local_activity()  # its retries, if any, are not in its result
+    session.meter.local_activity(task)  # its retries, if any, are not in its result
     if session.input.tools is not None:
         wanted = set(session.input.tools)
         specs = [s for s in specs if s.name in wanted]
