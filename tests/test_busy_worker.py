@@ -6,10 +6,15 @@ synchronous tool that computes in its thread (holding the interpreter most of th
 each run once, heartbeating every second, and the session completes. A tool that blocks
 the event loop itself (an `async def` calling a blocking function) would stop the
 heartbeats with everything else on the worker: docs/operations/crashes.md.
+
+And the heartbeats of a worker killed mid-call still count: the retry carries on the count
+the last recorded heartbeat holds, so the session's `temporal_actions` is its histories'
+actions plus every heartbeat the server took.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -19,9 +24,16 @@ import pytest
 
 from devservers import processes
 from tests.conftest import answer, tool_use
-from tests.support.procs import ProcessHarness, effects_of, events_of, result_of
+from tests.support.procs import (
+    ProcessHarness,
+    effects_of,
+    events_of,
+    holder,
+    result_of,
+    wait_for_model_request,
+)
 from tests.support.reliability import record
-from tests.test_actions import counted
+from tests.test_actions import Counters, counted
 from workflows.contract import SessionHistory
 
 pytestmark = pytest.mark.process
@@ -78,3 +90,17 @@ async def test_a_busy_worker_is_not_taken_for_dead(
         "both ran once on their first attempt, no heartbeat timed out; the session completed",
         {"load average (1 min) at the end": f"{load:.1f}", "cores": os.cpu_count(), "heartbeats": heartbeats},
     )
+
+
+async def test_a_killed_workers_heartbeats_are_counted_by_the_retry(procs: ProcessHarness, dev_server):
+    counters = Counters(dev_server)
+    workers = await procs.worker_pool(2, "--heartbeat-timeout", "3")
+    handle = await procs.start([{**answer("from the attempt that died"), "delay": 30}, answer("from the retry")])
+    await wait_for_model_request(procs.fake_model, handle.id, step=1)
+    await asyncio.sleep(3.5)  # three beats, at 1, 2 and 3 s
+    (await holder(handle, workers)).kill()
+    result = await result_of(handle, timeout=60)
+    assert result.status == "completed" and result.answer == "from the retry"
+    heartbeats, _ = await counters.since()
+    assert heartbeats >= 3
+    assert result.temporal_actions == (await counted(procs.client, handle.id, heartbeats)).total
