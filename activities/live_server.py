@@ -26,7 +26,7 @@ import contextlib
 import json
 import logging
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator
 from typing import Any
 
 from temporalio.api.common.v1 import Payload
@@ -161,7 +161,7 @@ class LiveServer:
 
         class _Server(uvicorn.Server):
             @contextlib.contextmanager
-            def capture_signals(self) -> Iterator[None]:
+            def capture_signals(self) -> Generator[None]:
                 yield  # the worker handles SIGTERM and SIGINT itself (drain)
 
         self.bind()
@@ -195,7 +195,7 @@ class LiveWorker(Worker):
     """A Worker that serves its live text while it runs (`build_worker` makes one)."""
 
     def __init__(self, *args: Any, live: LiveServer, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **kwargs)  # pyright: ignore[reportUnknownMemberType]  (the SDK's activities parameter is an untyped callable)
         self.live = live
 
     async def run(self) -> None:
