@@ -95,7 +95,9 @@ async def test_a_busy_worker_is_not_taken_for_dead(
 async def test_a_killed_workers_heartbeats_are_counted_by_the_retry(procs: ProcessHarness, dev_server):
     counters = Counters(dev_server)
     workers = await procs.worker_pool(2, "--heartbeat-timeout", "3")
-    handle = await procs.start([{**answer("from the attempt that died"), "delay": 30}, answer("from the retry")])
+    handle = await procs.start(
+        [{**answer("from the attempt that died"), "delay": 30}, answer("from the retry")]
+    )
     await wait_for_model_request(procs.fake_model, handle.id, step=1)
     await asyncio.sleep(3.5)  # three beats, at 1, 2 and 3 s
     (await holder(handle, workers)).kill()
