@@ -72,6 +72,8 @@ class Owners:
             found = await asyncio.wait_for(control.status(self.client, row["session_id"]), LIST_QUERY_TIMEOUT)
         except (AgentError, RPCError, TimeoutError) as err:
             return _from_row(row, str(err) or "no worker answered in time")
+        except Exception as err:  # its payloads cannot be read here: one row says so, the list goes on
+            return _from_row(row, f"cannot read its status: {type(err).__name__}: {err}".splitlines()[0])
         self.remember(found.session_id, found.user_id)
         return found.model_dump(mode="json")
 

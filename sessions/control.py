@@ -309,8 +309,17 @@ async def _row(client: Client, execution: Any) -> dict[str, Any]:
         stuck = await stuck_task(client, handle(client, execution.id))
         if stuck is not None:
             row["status"], row["stuck"] = "stuck", stuck.model_dump(mode="json")
-    row["actions"] = None if stuck is not None else await _actions(client, execution)
+    row["actions"] = None if stuck is not None else await _actions_or_none(client, execution)
     return row
+
+
+async def _actions_or_none(client: Client, execution: Any) -> int | None:
+    """`_actions`, or None when this one session cannot say: a list never fails because
+    one session's payloads cannot be read here (another key, another workflow's result)."""
+    try:
+        return await _actions(client, execution)
+    except Exception:  # the list goes on; the session's own status says why
+        return None
 
 
 async def _actions(client: Client, execution: Any) -> int | None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -49,7 +51,30 @@ async def rejected(handle, name: str, *args) -> str:
 
 
 def state(history: SessionHistory) -> str:
-    return history.model_dump_json()
+    """Everything the session knows but its billable actions (an ignored signal is still
+    one: `signals_counted` checks those)."""
+    return json.dumps(_unbilled(history.model_dump(mode="json")), sort_keys=True)
+
+
+def _unbilled(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _unbilled(v) for k, v in value.items() if k != "temporal_actions"}
+    if isinstance(value, list):
+        return [_unbilled(v) for v in value]
+    return value
+
+
+async def signals_counted(handle, before: SessionStatus, signals: int) -> SessionStatus:
+    """The status once the session has taken `signals` more signals (each is one billable
+    action, ignored or not): then whatever they changed is there to see."""
+
+    async def check() -> SessionStatus | None:
+        now = await handle.query("status", result_type=SessionStatus)
+        return now if now.temporal_actions >= before.temporal_actions + signals else None
+
+    now = await wait_until(check, timeout=30, what=f"{signals} signals taken")
+    assert now.temporal_actions == before.temporal_actions + signals
+    return now
 
 
 async def waiting_for(handle, tool_use_id: str) -> SessionHistory:
@@ -71,12 +96,14 @@ async def test_second_decision_is_rejected_and_changes_nothing(harness: Harness)
     )
     await wait_for_status(handle, "waiting_approval")
     assert await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
-    before = state(await waiting_for(handle, "e2"))
+    waiting = await waiting_for(handle, "e2")
+    before = state(waiting)
     again = await rejected(handle, "approve_call", Decision(tool_use_id="e1"))
     flipped = await rejected(handle, "deny_call", Decision(tool_use_id="e1", reason="too late"))
     assert "already decided" in again and "already decided" in flipped
     await handle.signal("approve", Decision(tool_use_id="e1"))  # the signal path: ignored
     await handle.signal("deny", Decision(tool_use_id="e1"))
+    await signals_counted(handle, waiting.status, 2)
     after = state(await handle.query("history", result_type=SessionHistory))
     assert after == before
     await handle.execute_update("approve_call", Decision(tool_use_id="e2"), result_type=str)
@@ -123,9 +150,9 @@ async def test_unknown_ids_are_rejected_while_a_call_waits(harness: Harness):
         reason = await rejected(handle, name, Decision(tool_use_id="toolu_nope"))
         assert "no tool call 'toolu_nope'" in reason and "waiting: e1" in reason
     await handle.signal("approve", Decision(tool_use_id="toolu_nope"))
-    await asyncio.sleep(0.3)
-    after = await handle.query("status", result_type=SessionStatus)
-    assert after == before  # updated_at included: nothing was touched
+    after = await signals_counted(handle, before, 1)
+    # updated_at included: nothing was touched but the count of billable actions
+    assert after == before.model_copy(update={"temporal_actions": before.temporal_actions + 1})
     assert [p.tool_use_id for p in after.pending_approvals] == ["e1"]
     await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
     assert (await handle.result()).status == "completed"
