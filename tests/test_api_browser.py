@@ -114,6 +114,16 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
                 r"· ([\d,]+) Temporal actions$", await page.locator("#totals").text_content() or ""
             )
             assert counted and int(counted[1].replace(",", "")) > 0, counted
+            # Each step's own, from the trace: the first step's model call, its approval and its tool.
+            per_turn = []
+            for step in (1, 2):
+                label = page.locator(f"#turn-{step} .turn-actions")
+                await label.wait_for(timeout=10_000)
+                found = re.fullmatch(r"([\d,]+) Temporal actions", await label.text_content() or "")
+                assert found, await label.text_content()
+                per_turn.append(int(found[1].replace(",", "")))
+            assert per_turn[0] >= 3 and per_turn[1] >= 1, per_turn
+            assert sum(per_turn) <= int(counted[1].replace(",", "")), (per_turn, counted[1])
             link = await page.locator("#temporal-link").get_attribute("href")
             assert link == f"http://127.0.0.1:8233/namespaces/default/workflows/{session_id}"
             await page.screenshot(path=OUTPUT / "api-page-completed.png", full_page=True)

@@ -110,7 +110,28 @@ async function showGoal(view) {
     const history = await api(`/v1/sessions/${encodeURIComponent(view.id)}/history`);
     const goal = history.messages[0].content.map((b) => b.text || "").join("");
     if (view === current) $("#conversation").prepend(userMessage(goal, "goal"));
+    takeTurnActions(view, history.trace);
   } catch (error) { /* the status refresh reports what went wrong */ }
+}
+
+// Each step's billable actions come from the trace (a history query): read when the page
+// opens a session and once more when it ends, not on every event, as each query is billed.
+function takeTurnActions(view, trace) {
+  if (view !== current) return;
+  view.turnActions = Object.fromEntries(trace.map((turn) => [turn.step, turn.temporal_actions]));
+  for (const step of Object.keys(view.turnActions)) labelTurnActions(view, Number(step));
+}
+
+function labelTurnActions(view, step) {
+  const block = document.getElementById(`turn-${step}`);
+  const actions = (view.turnActions || {})[step];
+  if (!block || actions == null) return;
+  let label = block.querySelector(".turn-actions");
+  if (!label) {
+    label = el("span", { class: "turn-actions muted" });
+    block.querySelector(".who").after(label);
+  }
+  label.textContent = `${actions.toLocaleString()} Temporal actions`;
 }
 
 // EventSource resumes by itself with Last-Event-ID; when the server is gone long enough
@@ -211,6 +232,7 @@ function finishTurn(event) {
   block.dataset.done = "1";
   block.querySelector(".text").textContent = event.text;
   block.querySelector(".who").textContent = `step ${event.step} · ${event.stop_reason || ""} · ${tokens(event.usage).toLocaleString()} tokens`;
+  if (current) labelTurnActions(current, event.step);
 }
 
 function toolCall(event) {
@@ -254,6 +276,9 @@ function ended(view, event) {
   $("#final").replaceChildren(el("div", { class: `final ${event.status}`, id: "final-status" },
     el("strong", { text }), el("div", { class: "text", text: event.answer || "" })));
   refreshStatus();
+  api(`/v1/sessions/${encodeURIComponent(view.id)}/history`)
+    .then((history) => takeTurnActions(view, history.trace))
+    .catch(() => { /* the totals still show the session's actions */ });
 }
 
 // The status gives the totals, the pending approvals and which actions make sense.
