@@ -64,6 +64,7 @@ async def _session_input(body: schemas.StartSession, user: User, owned: Owners) 
     fields = {
         "user_id": user.name, "model": body.model, "system": body.system, "chat": body.chat or None,
         "search_attributes": await owned.has_search_attributes(),
+        "output_schema": body.output_schema,
     }  # fmt: skip
     try:
         return start_input.resolve(goal=body.goal, agent=body.agent, limits=limits, fields=fields)

@@ -27,6 +27,9 @@ class StartSession(Body):
     cost_budget: float | None = Field(default=None, gt=0, description="USD")
     timeout: float | None = Field(default=None, gt=0, description="seconds")
     chat: bool = False
+    output_schema: dict[str, Any] | None = Field(
+        default=None, description="a JSON Schema: the answer is JSON that matches it, given as `output`"
+    )
 
 
 class Approve(Body):

@@ -82,6 +82,8 @@ async def resolve_start(client: Client, args: argparse.Namespace) -> SessionInpu
         "idle_timeout_seconds": args.idle_timeout,
         "search_attributes": await control.has_search_attributes(client),
     }
+    if args.output_schema is not None:
+        fields["output_schema"] = start_input.read_schema_file(args.output_schema)
     try:
         return start_input.resolve(goal=goal, agent=args.agent, limits=limits, fields=fields)
     except ValidationError as err:

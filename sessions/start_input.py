@@ -13,15 +13,24 @@ session.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
 from activities.providers import split
-from infra.definitions import AgentDefinition, DefinitionError, Definitions, load_definitions
+from infra.definitions import (
+    AgentDefinition,
+    DefinitionError,
+    Definitions,
+    definitions_path,
+    load_definitions,
+)
 from infra.errors import BadRequest
 from sessions.pricing import PRICES, price_for
 from workflows.contract import DEFAULT_MODEL, DEFAULT_SYSTEM, AgentSpec, Limits, SessionInput, SubAgent
+from workflows.typed_output import check_schema
 
 # Sub-agents of sub-agents are resolved this deep; an agent already on the path is left
 # out, so a definition that names itself cannot recurse forever.
@@ -56,7 +65,44 @@ def resolve(*, goal: str, agent: str | None, limits: dict[str, Any], fields: dic
             f"no prices for model {resolved.model!r}, so a cost budget cannot be kept; "
             f"models with prices: {', '.join(sorted(PRICES))}"
         )
+    check_output_schema(resolved)
     return resolved
+
+
+# ---- typed answers (workflows/typed_output.py) ---------------------------------------
+
+
+def read_schema_file(path: Path, what: str = "the output schema file") -> dict[str, Any]:
+    """The JSON Schema in the JSON file `path`; a file that cannot be used is one line."""
+    try:
+        schema = json.loads(path.read_text())
+    except OSError as err:
+        raise BadRequest(f"cannot read {what} {path}: {err.strerror}") from None
+    except ValueError as err:
+        raise BadRequest(f"{what} {path} is not JSON: {err}") from None
+    if not isinstance(schema, dict):
+        raise BadRequest(f"{what} {path} must hold a JSON object (a JSON Schema)")
+    return schema  # pyright: ignore[reportUnknownVariableType]: any JSON object
+
+
+def agent_output_schema(definition: AgentDefinition) -> dict[str, Any] | None:
+    """The agent's output schema: its table, or its file (relative to the definitions file)."""
+    if definition.output_schema_file is None:
+        return definition.output_schema
+    path = Path(definition.output_schema_file)
+    if not path.is_absolute():
+        path = definitions_path().parent / path
+    return read_schema_file(path, "the agent's output_schema_file")
+
+
+def check_output_schema(resolved: SessionInput) -> None:
+    """A schema that is not JSON Schema, or one on a chat session, is refused before anything starts."""
+    if resolved.output_schema is None:
+        return
+    if (problem := check_schema(resolved.output_schema)) is not None:
+        raise BadRequest(problem)
+    if resolved.chat:
+        raise BadRequest("a chat session cannot have an output schema: it answers more than once")
 
 
 def check_model(model: str) -> None:
@@ -127,6 +173,7 @@ def session_input(
         "model": definition.model,
         "system": definition.system,
         "tools": definition.tools,
+        "output_schema": agent_output_schema(definition),
     }
     settings = {k: v for k, v in settings.items() if v is not None} | given
     model = settings.get("model", DEFAULT_MODEL)

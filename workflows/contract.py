@@ -129,6 +129,8 @@ class SessionInput(BaseModel):
     agent: AgentSpec | None = None
     parent: ParentLink | None = None
     forked_from: ForkPoint | None = None
+    # Typed answers (workflows/typed_output.py): the answer is JSON that matches this JSON Schema.
+    output_schema: dict[str, Any] | None = None
     # The session's state: filled in by the session itself when it continues as new, or
     # by `fork` with the state of another session after one of its steps.
     state: SessionState | None = None
@@ -184,6 +186,8 @@ class SessionStatus(BaseModel):
     cost_usd: float | None = None
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     answer: str | None = None
+    # A session with an output schema: its answer, parsed (None until it has one).
+    output: Any = None
     error: str | None = None
     chat: bool = False
     user_turns: int = 1

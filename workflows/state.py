@@ -61,6 +61,10 @@ class SessionState(BaseModel):
     # those not yet in a trace turn (before the first, and during a model call).
     temporal_actions: int = 0
     unattributed_actions: int = 0
+    # Typed answers (workflows/typed_output.py): the accepted answer, and the invalid ones so far.
+    output: Any = None
+    has_output: bool = False
+    invalid_answers: int = 0
 
     @field_validator("calls", mode="before")
     @classmethod
