@@ -51,7 +51,10 @@ with workflow.unsafe.imports_passed_through():
 class AgentWorkflow:
     @workflow.init
     def __init__(self, input: SessionInput) -> None:
-        state = input.state or SessionState.new(input.goal, workflow.now(), priced=input.price is not None)
+        state = input.state or SessionState.new(
+            input.goal, workflow.now(), priced=input.price is not None,
+            attachments=[a.block() for a in input.attachments],
+        )  # fmt: skip
         # A fork's state comes from another session with `runs` 0; a continue-as-new's, from this one.
         self.meter = Meter(state)  # `Metering` (the worker's interceptor) counts signals and updates here
         self.meter.run_started(forked=input.state is not None and state.runs == 0)
