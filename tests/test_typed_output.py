@@ -166,10 +166,12 @@ async def test_a_schema_that_cannot_be_used_is_refused_at_start(
     assert len(err.strip().splitlines()) == 1 and message in err, err
 
 
-async def test_the_api_starts_with_a_schema_and_gives_the_output(
+async def test_the_api_and_mcp_start_with_a_schema_and_give_the_output(
     client, dev_server, fake_model, data_dir: Path, tmp_path: Path
 ):
     from tests.support.api import serve_api, wait_for
+    from tests.test_mcp_server import result
+    from tests.test_mcp_server_http import over_http
 
     async with (
         serve_api(client, dev_server.address, fake_model, data_dir, tmp_path) as api,
@@ -190,3 +192,6 @@ async def test_the_api_starts_with_a_schema_and_gives_the_output(
 
         found = await wait_for(done, what="the session to complete")
         assert found["output"] == {"city": "Quito", "temperature": 14}
+        async with over_http(api, "alice") as mcp:  # and the MCP tools, as the same user
+            got = result(await mcp.call_tool("get_session", {"session_id": session}))
+            assert got["output"] == {"city": "Quito", "temperature": 14}
