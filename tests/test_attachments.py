@@ -23,6 +23,7 @@ from sessions import start_input
 from tests.conftest import Harness, answer, history_text
 from tests.support import files
 from tests.test_agents import cli
+from tests.test_encryption import at_rest, client_with, worker_for
 from tests.test_openai_provider import ChatHarness
 from workflows.agent import AgentWorkflow
 from workflows.contract import SessionStatus
@@ -132,15 +133,36 @@ async def test_an_openai_model_gets_images_as_data_urls(chat: ChatHarness):
     ]
 
 
-def test_the_bytes_are_sealed_when_payload_keys_are_set(data_dir: Path, monkeypatch: pytest.MonkeyPatch):
+async def test_the_bytes_are_sealed_when_payload_keys_are_set(
+    dev_server, fake_model, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """With keys, the file is encrypted in the store, and a worker with the keys still sends it."""
     keys = f"k1:{new_key()}"
-    monkeypatch.setenv("AGENT_PAYLOAD_KEYS", keys)
-    image = files.webp()
-    [ref] = start_input.store_attachments([image])
+    client = await client_with(dev_server, monkeypatch, keys)
+    marker = f"marker-{uuid.uuid4().hex}"
+    queue = session_id = f"enc-{uuid.uuid4().hex[:8]}"
+    fake_model.script.set(session_id, [answer("read")])
+    session_input = start_input.resolve(
+        goal="read it",
+        agent=None,
+        limits={},
+        fields={"tools": []},
+        attachments=[new("secret.txt", marker.encode())],
+    )
+    async with worker_for(client, fake_model, queue):
+        handle = await client.start_workflow(
+            AgentWorkflow.run, session_input, id=session_id, task_queue=queue
+        )
+        status: SessionStatus = await asyncio.wait_for(handle.result(), 60)
+    assert status.status == "completed", status.error
+    [request] = [r for r in fake_model.script.requests if r["session"] == session_id]
+    assert marker in request["body"]["messages"][0]["content"][0]["text"]
+    ref = session_input.attachments[0].ref
     raw = (data_dir / "transcripts" / "attachments" / ref[:2] / ref).read_bytes()
-    assert raw.startswith(b"AGK1") and image not in raw
-    read = asyncio.run(open_objects(None, parse_keys(keys)).get(f"attachments/{ref[:2]}/{ref}"))
-    assert read == image
+    assert raw.startswith(b"AGK1") and marker.encode() not in raw
+    assert marker.encode() not in at_rest(dev_server, data_dir)
+    read = await open_objects(None, parse_keys(keys)).get(f"attachments/{ref[:2]}/{ref}")
+    assert read == marker.encode()
 
 
 async def test_the_command_line_attaches_files_and_refuses_unknown_ones(
