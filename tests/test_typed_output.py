@@ -15,6 +15,8 @@ from tests.conftest import Harness, answer, tool_use
 from tests.test_agents import cli
 from workflows.typed_output import FINAL_ANSWER
 
+pytest_plugins = ["tests.test_openai_provider"]  # the `chat` harness and its fake
+
 REPORT = {
     "type": "object",
     "properties": {"city": {"type": "string"}, "temperature": {"type": "number"}},
@@ -195,3 +197,25 @@ async def test_the_api_and_mcp_start_with_a_schema_and_give_the_output(
         async with over_http(api, "alice") as mcp:  # and the MCP tools, as the same user
             got = result(await mcp.call_tool("get_session", {"session_id": session}))
             assert got["output"] == {"city": "Quito", "temperature": 14}
+
+
+async def test_an_openai_compatible_model_answers_through_the_same_tool(chat):
+    status = await chat.run(
+        [
+            {"tool_calls": [{"name": FINAL_ANSWER, "arguments": '{"city": "Oslo"', "id": "call_a1"}]},
+            {
+                "tool_calls": [
+                    {"name": FINAL_ANSWER, "input": {"city": "Oslo", "temperature": 2}, "id": "call_a2"}
+                ]
+            },
+        ],
+        output_schema=REPORT,
+        tools=[],
+    )
+    assert status.status == "completed", status.error
+    assert status.output == {"city": "Oslo", "temperature": 2}
+    requests = chat.requests(status.session_id)
+    [tool] = requests[0]["body"]["tools"]
+    assert tool["function"]["name"] == FINAL_ANSWER and tool["function"]["parameters"] == REPORT
+    [refused] = [m for m in requests[1]["body"]["messages"] if m["role"] == "tool"]
+    assert refused["content"].startswith("Error: The answer does not match the output schema")
