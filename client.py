@@ -63,6 +63,14 @@ def add_session_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--summarize-dropped", action="store_true", help="summarise what no longer fits the context"
     )
+    command.add_argument(
+        "--output-schema", type=Path, metavar="FILE",
+        help="a JSON Schema (a JSON file): the answer is JSON that matches it, given as `output`",
+    )  # fmt: skip
+    command.add_argument(
+        "--attach", type=Path, action="append", metavar="FILE",
+        help="a file for the goal's message: PNG, JPEG, GIF, WebP, PDF or plain text (repeatable)",
+    )  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:

@@ -9,6 +9,13 @@ message, so a `tool_result` never loses the `tool_use` it answers and roles stil
 alternate. Token counts are estimated at 3.5 characters of JSON per token (Anthropic's
 tokenizers average 3.5 to 4 for English and code); near the limit the model activity asks
 the provider's token counting endpoint instead.
+
+Attachments (stored image and document blocks) are counted by what they cost the model,
+never as the text of their base64, by Anthropic's published rules: an image about
+width x height / 750 tokens, after scaling to at most 1568 pixels on its long edge and
+1.15 megapixels (so at most about 1,600); a PDF about 3,000 tokens a page (the page's text
+plus the page as an image), and 100 pages' worth when its page count is unknown; a text
+file as its text.
 """
 
 from __future__ import annotations
@@ -16,14 +23,61 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 CHARS_PER_TOKEN = 3.5
 
 
+IMAGE_LONG_EDGE = 1568
+IMAGE_PIXELS = 1_150_000
+IMAGE_TOKENS_MAX = 1600
+PDF_PAGE_TOKENS = 3000
+PDF_PAGES_UNKNOWN = 100
+
+
 def estimate_tokens(value: Any) -> int:
+    blocks = _content(value)
+    if blocks and any(_attachment(b) for b in blocks):
+        rest = {**value, "content": [b for b in blocks if not _attachment(b)]}
+        return estimate_tokens(rest) + sum(attachment_tokens(b["source"]) for b in blocks if _attachment(b))
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def attachment_tokens(source: dict[str, Any]) -> int:
+    """What a stored attachment costs the model, by its kind (the module's docstring)."""
+    media_type = source.get("media_type", "")
+    if media_type.startswith("image/"):
+        return image_tokens(source.get("width"), source.get("height"))
+    if media_type == "application/pdf":
+        return PDF_PAGE_TOKENS * (source.get("pages") or PDF_PAGES_UNKNOWN)
+    return math.ceil(int(source.get("size", 0)) / CHARS_PER_TOKEN)
+
+
+def image_tokens(width: int | None, height: int | None) -> int:
+    if not width or not height:
+        return IMAGE_TOKENS_MAX
+    scale = min(1.0, IMAGE_LONG_EDGE / max(width, height), math.sqrt(IMAGE_PIXELS / (width * height)))
+    return min(IMAGE_TOKENS_MAX, max(1, math.ceil(width * height * scale * scale / 750)))
+
+
+def _content(value: Any) -> list[Any] | None:
+    if not isinstance(value, dict):
+        return None
+    content = cast("dict[str, Any]", value).get("content")
+    return cast("list[Any]", content) if isinstance(content, list) else None
+
+
+def _attachment(block: Any) -> bool:
+    if not isinstance(block, dict):
+        return False
+    fields = cast("dict[str, Any]", block)
+    source = fields.get("source")
+    return (
+        fields.get("type") in ("image", "document")
+        and isinstance(source, dict)
+        and cast("dict[str, Any]", source).get("type") == "stored"
+    )
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from activities.attempt_telemetry import model_call_telemetry
 from activities.context import Fitted, estimate_tokens, fit, summary_request
 from activities.deltas import Deltas
 from activities.heartbeat import Heartbeats
-from activities.model_errors import PROMPT_TOO_LONG, TRANSCRIPT_MISSING
+from activities.model_errors import PROMPT_TOO_LONG, TRANSCRIPT_MISSING, terminal
 from activities.providers import ModelTurn, Provider, ProviderCall, resolve
 from activities.transcript import TranscriptMissing, TranscriptStore, open_store
 from activities.wire import ModelReply, ModelRequest, ToolSpec, tool_specs_text
@@ -152,8 +152,9 @@ class ModelActivities:
             if fitted.messages == sent:
                 break  # nothing more can be left out
             sent = fitted.messages
+            outgoing = await self._with_attachments(sent)
             try:
-                return await provider.complete(_call(request, model, sent), deltas.on_text), fitted
+                return await provider.complete(_call(request, model, outgoing), deltas.on_text), fitted
             except Exception as err:
                 too_long = provider.classify(err)
                 if too_long.type != PROMPT_TOO_LONG:
@@ -161,6 +162,16 @@ class ModelActivities:
             # Answered by compacting, never by sending the same request again.
             budget = int(fitted.estimated_tokens * REFIT_SHRINK)
         raise too_long
+
+    async def _with_attachments(self, messages: Messages) -> Messages:
+        """The messages with their attachments' bytes, read from the store for this request only."""
+        try:
+            return await self._store.with_attachments(messages)
+        except TranscriptMissing as err:
+            raise terminal(
+                f"{err}: every worker must share the object store (AGENT_STORE_URL, AGENT_DATA_DIR) "
+                "with the process that started the session"
+            ) from err
 
     async def _fit(
         self,
@@ -178,7 +189,9 @@ class ModelActivities:
         fitted = fit(messages, budget, fixed=fixed, sizes=sizes)
         if not fitted.dropped and fitted.estimated_tokens > budget * COUNT_ABOVE:
             # Close to the limit: ask the provider rather than trust the estimate.
-            counted = await provider.count_tokens(_call(request, model, messages))
+            counted = await provider.count_tokens(
+                _call(request, model, await self._with_attachments(messages))
+            )
             if counted is not None and counted > budget:
                 fitted = fit(
                     messages, int(budget * fitted.estimated_tokens / counted), fixed=fixed, sizes=sizes

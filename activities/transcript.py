@@ -13,6 +13,7 @@ and the workflow sends the whole transcript once instead.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -130,6 +131,41 @@ class TranscriptStore:
             resolved.append(block)
         return {**message, "content": resolved}
 
+    async def put_attachment(self, data: bytes) -> str:
+        """Store a file given with a goal by its SHA-256 (sealed like every object); returns the hash."""
+        digest = hashlib.sha256(data).hexdigest()
+        await self._objects.put(f"attachments/{digest[:2]}/{digest}", data)
+        return digest
+
+    async def get_attachment(self, digest: str) -> bytes:
+        return await self._read(f"attachments/{digest[:2]}/{digest}", f"attachment {digest}")
+
+    async def with_attachments(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The messages with each stored attachment as the block a request carries: an
+        image or a PDF as base64, a text file as a text block."""
+        if not any(_stored(b) for m in messages for b in _blocks(m)):
+            return messages
+        return [
+            {**m, "content": [await self._attachment_block(b) if _stored(b) else b for b in _blocks(m)]}
+            if any(_stored(b) for b in _blocks(m)) else m
+            for m in messages
+        ]  # fmt: skip
+
+    async def _attachment_block(self, block: dict[str, Any]) -> dict[str, Any]:
+        source = block["source"]
+        data = await self.get_attachment(source["ref"])
+        if source["media_type"] == "text/plain":
+            return {"type": "text", "text": f"[attached file {source['name']}]\n{data.decode('utf-8')}"}
+        encoded = {
+            "type": "base64",
+            "media_type": source["media_type"],
+            "data": base64.b64encode(data).decode(),
+        }
+        extra = {k: v for k, v in block.items() if k not in ("type", "source")}
+        if block["type"] == "document":
+            extra.setdefault("title", source["name"])
+        return {"type": block["type"], "source": encoded, **extra}
+
     async def note(self, key: str) -> str | None:
         """A derived text kept beside the transcripts (a summary), or None."""
         data = await self._objects.get(f"notes/{key}.txt")
@@ -138,3 +174,17 @@ class TranscriptStore:
     async def save_note(self, key: str, text: str) -> None:
         # Keyed by what was summarised: the first summary written is the one later calls read.
         await self._objects.put(f"notes/{key}.txt", text.encode())
+
+
+def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    return cast("list[dict[str, Any]]", content) if isinstance(content, list) else []
+
+
+def _stored(block: dict[str, Any]) -> bool:
+    source = block.get("source")
+    return (
+        block.get("type") in ("image", "document")
+        and isinstance(source, dict)
+        and cast("dict[str, Any]", source).get("type") == "stored"
+    )

@@ -38,6 +38,37 @@ class ToolResultBlock(BaseModel):
     is_error: bool = False
 
 
+class ImageBlock(BaseModel):
+    """An image, as the Messages API spells it. In history and the transcript store its
+    source is `StoredSource`; the model activity sends it as base64."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["image"] = "image"
+    source: dict[str, Any]
+
+
+class DocumentBlock(BaseModel):
+    """A PDF (or, stored, a plain text file, sent as a text block), as `ImageBlock`."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["document"] = "document"
+    source: dict[str, Any]
+
+
+class StoredSource(BaseModel):
+    """An attachment's bytes by reference: the SHA-256 they are kept under in the object
+    store (activities/transcript.py), with what the context estimate needs."""
+
+    type: Literal["stored"] = "stored"
+    ref: str
+    media_type: str
+    name: str
+    size: int
+    width: int | None = None
+    height: int | None = None
+    pages: int | None = None
+
+
 class OtherBlock(BaseModel):
     """Any block this loop does not act on (thinking, server tools, new types): kept as sent."""
 
@@ -49,13 +80,15 @@ def _block_kind(value: Any) -> str:
     kind = (
         cast("dict[str, Any]", value).get("type") if isinstance(value, dict) else getattr(value, "type", None)
     )
-    return kind if kind in ("text", "tool_use", "tool_result") else "other"
+    return kind if kind in ("text", "tool_use", "tool_result", "image", "document") else "other"
 
 
 ContentBlock = Annotated[
     Annotated[TextBlock, Tag("text")]
     | Annotated[ToolUseBlock, Tag("tool_use")]
     | Annotated[ToolResultBlock, Tag("tool_result")]
+    | Annotated[ImageBlock, Tag("image")]
+    | Annotated[DocumentBlock, Tag("document")]
     | Annotated[OtherBlock, Tag("other")],
     Discriminator(_block_kind),
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -57,6 +57,10 @@ class AgentDefinition(BaseModel):
     mcp_servers: list[str] = Field(default_factory=list)
     subagents: list[str] = Field(default_factory=list)
     approval: dict[str, ApprovalRule] = Field(default_factory=dict)
+    # A typed answer: a JSON Schema as a TOML table, or a JSON file holding one (a path
+    # relative to the definitions file); the start input's resolution checks it.
+    output_schema: dict[str, Any] | None = None
+    output_schema_file: str | None = Field(default=None, min_length=1)
     # Any limit of `start`; the command line's flags override them.
     max_steps: int | None = Field(default=None, ge=1, le=10_000)
     token_budget: int | None = Field(default=None, ge=1)
@@ -65,6 +69,12 @@ class AgentDefinition(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1, le=128_000)
     model_timeout: float | None = Field(default=None, ge=1, le=3600)
     context_tokens: int | None = Field(default=None, ge=1000)
+
+    @model_validator(mode="after")
+    def _one_schema(self) -> AgentDefinition:
+        if self.output_schema is not None and self.output_schema_file is not None:
+            raise ValueError("give output_schema or output_schema_file, not both")
+        return self
 
 
 class Definitions(BaseModel):

@@ -30,6 +30,9 @@ from infra.errors import (
 from service.auth import Forbidden, Unauthorized
 
 MAX_BODY_BYTES = 1024 * 1024
+# A start may carry attachments (a PDF of 24 MB is 32 MB as base64; infra/attachments.py).
+START_BODY_BYTES = 48 * 1024 * 1024
+START_PATH = "/v1/sessions"
 log = logging.getLogger("service")
 
 # Order matters: a subclass before its base (InvalidInput is a Rejected).
@@ -107,9 +110,10 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit = self.limit_for(scope)
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            return await self._refuse(scope, receive, send)
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            return await self._refuse(scope, receive, send, limit)
         seen = 0
         started = False
 
@@ -118,8 +122,8 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise BodyTooLarge(self.limit)
+                if seen > limit:
+                    raise BodyTooLarge(limit)
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -132,8 +136,13 @@ class BodyLimit:
         except BodyTooLarge:
             if started:
                 raise
-            await self._refuse(scope, receive, send)
+            await self._refuse(scope, receive, send, limit)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = error_response(413, "BodyTooLarge", f"the body is over {self.limit} bytes")
+    def limit_for(self, scope: Scope) -> int:
+        """A session's start may carry attachments; every other body is small."""
+        starting = scope.get("method") == "POST" and scope.get("path", "").rstrip("/") == START_PATH
+        return max(self.limit, START_BODY_BYTES) if starting else self.limit
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        response = error_response(413, "BodyTooLarge", f"the body is over {limit} bytes")
         await response(scope, receive, send)

@@ -205,7 +205,7 @@ def build(
 
     @server.tool(annotations=READS, title="Read a session")
     async def get_session(session_id: SessionId, ctx: Context[Any, Any]) -> SessionStatus:
-        """A session's status: status, steps, usage, cost, pending_approvals, answer, error, ... (what `client.py status --json` prints)."""
+        """A session's status: status, steps, usage, cost, pending_approvals, answer, output (a typed answer, parsed), error, ... (what `client.py status --json` prints)."""
         with one_line_errors():
             return await sessions_of().owners.status(caller(ctx), session_id)
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import ValidationError
 
+from infra.attachments import AttachmentError, decode_base64
 from infra.connection import task_queue
 from infra.errors import BadRequest, InvalidInput
 from service import schemas
@@ -64,9 +65,20 @@ async def _session_input(body: schemas.StartSession, user: User, owned: Owners) 
     fields = {
         "user_id": user.name, "model": body.model, "system": body.system, "chat": body.chat or None,
         "search_attributes": await owned.has_search_attributes(),
+        "output_schema": body.output_schema,
     }  # fmt: skip
     try:
-        return start_input.resolve(goal=body.goal, agent=body.agent, limits=limits, fields=fields)
+        attachments = [
+            start_input.NewAttachment(
+                name=a.name, data=decode_base64(a.name, a.data), media_type=a.media_type
+            )
+            for a in body.attachments
+        ]
+        return start_input.resolve(
+            goal=body.goal, agent=body.agent, limits=limits, fields=fields, attachments=attachments
+        )
+    except AttachmentError as err:
+        raise InvalidInput(str(err)) from None
     except BadRequest as err:
         raise InvalidInput(str(err)) from None
     except ValidationError as err:

@@ -27,6 +27,19 @@ class StartSession(Body):
     cost_budget: float | None = Field(default=None, gt=0, description="USD")
     timeout: float | None = Field(default=None, gt=0, description="seconds")
     chat: bool = False
+    output_schema: dict[str, Any] | None = Field(
+        default=None, description="a JSON Schema: the answer is JSON that matches it, given as `output`"
+    )
+    attachments: list[NewAttachment] = Field(
+        default_factory=list, max_length=100,
+        description="files for the goal's message: PNG, JPEG, GIF or WebP images, PDF, plain text",
+    )  # fmt: skip
+
+
+class NewAttachment(Body):
+    name: str = Field(min_length=1, max_length=500)
+    media_type: str = Field(min_length=1, max_length=200, description="checked against the bytes")
+    data: str = Field(description="the file, base64")
 
 
 class Approve(Body):

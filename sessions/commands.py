@@ -15,6 +15,7 @@ import os
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -82,8 +83,13 @@ async def resolve_start(client: Client, args: argparse.Namespace) -> SessionInpu
         "idle_timeout_seconds": args.idle_timeout,
         "search_attributes": await control.has_search_attributes(client),
     }
+    if args.output_schema is not None:
+        fields["output_schema"] = start_input.read_schema_file(args.output_schema)
+    attachments = [read_attachment(path) for path in args.attach or []]
     try:
-        return start_input.resolve(goal=goal, agent=args.agent, limits=limits, fields=fields)
+        return start_input.resolve(
+            goal=goal, agent=args.agent, limits=limits, fields=fields, attachments=attachments
+        )
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
 
@@ -91,6 +97,13 @@ async def resolve_start(client: Client, args: argparse.Namespace) -> SessionInpu
 async def list_agents(client: Client | None, args: argparse.Namespace) -> int:
     render.print_agents(start_input.describe(start_input.read_definitions()), as_json=args.json)
     return 0
+
+
+def read_attachment(path: Path) -> start_input.NewAttachment:
+    try:
+        return start_input.NewAttachment(name=path.name, data=path.read_bytes())
+    except OSError as err:
+        raise UserError(f"cannot read the attachment {path}: {err.strerror}") from None
 
 
 def read_goal(args: argparse.Namespace) -> str:
@@ -167,6 +180,7 @@ async def fork(client: Client, args: argparse.Namespace) -> int:
     started, _ = await control.start_input(client, source)
     if args.model is not None:
         start_input.check_model(args.model)
+        start_input.check_attachments_for(args.model, [(a.name, a.media_type) for a in started.attachments])
         started = started.model_copy(update={"model": args.model, "price": price_for(args.model)})
     session_input = forked_input(started, args.session, state, args.at_step, args.message)
     session_id = args.new_session or f"{args.session}.fork-{uuid.uuid4().hex[:6]}"

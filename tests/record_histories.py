@@ -198,6 +198,21 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
         nothing,
     ),
     "chat": ([answer("hello"), answer("then this")], {"chat": True}, chat),
+    "typed_answer": (
+        [
+            tool_use("final_answer", {"city": "Oslo"}, id="a1"),
+            tool_use("final_answer", {"city": "Oslo", "temperature": -3}, id="a2"),
+        ],
+        {
+            "output_schema": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "temperature": {"type": "number"}},
+                "required": ["city", "temperature"],
+            },
+            "tools": ["get_time"],
+        },
+        nothing,
+    ),
     "continue_as_new": (
         [tool_use("save_note", {"title": f"n{i}", "text": "x"}, id=f"s{i}") for i in range(3)]
         + [answer("done")],

@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.state import SessionState
     from workflows.subagents import CHILD_APPROVALS, ChildApprovals, SubAgents, subagent_specs
     from workflows.tool_calls import ToolRunner, describe_tools, list_mcp_tools, wait_while_paused
+    from workflows.typed_output import FINAL_ANSWER, TypedAnswers, answer_spec
     from workflows.view import SessionView
 
 
@@ -50,7 +51,10 @@ with workflow.unsafe.imports_passed_through():
 class AgentWorkflow:
     @workflow.init
     def __init__(self, input: SessionInput) -> None:
-        state = input.state or SessionState.new(input.goal, workflow.now(), priced=input.price is not None)
+        state = input.state or SessionState.new(
+            input.goal, workflow.now(), priced=input.price is not None,
+            attachments=[a.block() for a in input.attachments],
+        )  # fmt: skip
         # A fork's state comes from another session with `runs` 0; a continue-as-new's, from this one.
         self.meter = Meter(state)  # `Metering` (the worker's interceptor) counts signals and updates here
         self.meter.run_started(forked=input.state is not None and state.runs == 0)
@@ -65,7 +69,8 @@ class AgentWorkflow:
         self.steps_at_run_start = state.steps
         self.model = ModelCaller(self.session)
         self.subagents = SubAgents(self.session)
-        self.tools = ToolRunner(self.session, self.subagents, self._wants_handover)
+        self.typed = TypedAnswers(self.session) if input.output_schema is not None else None
+        self.tools = ToolRunner(self.session, self.subagents, self._wants_handover, self.typed)
         view.on_change = self.subagents.tell_parent
 
     @workflow.run
@@ -213,6 +218,11 @@ class AgentWorkflow:
                     "failed", error=f"cannot start: {why} (after {DESCRIBE_TOOLS_ATTEMPTS} attempts)"
                 )
                 return
+            if session.input.output_schema is not None:  # the answer's own tool, in place of any namesake
+                state.specs = [
+                    *(s for s in state.specs if s.name != FINAL_ANSWER),
+                    answer_spec(session.input.output_schema),
+                ]
         while True:
             if not state.idle:
                 ended = await self._run_with_limits()
@@ -303,6 +313,8 @@ class AgentWorkflow:
             if uses := state.unanswered_uses():
                 await self.tools.run_all(uses)
                 self.model.check_budgets()  # sub-agents spend the session's tokens too
+                if self.typed is not None:
+                    self.typed.after_tools()
                 continue
             if self._wants_handover():
                 raise HandOver()
@@ -317,6 +329,9 @@ class AgentWorkflow:
             if stop == "pause_turn":
                 continue
             if stop in ("end_turn", "tool_use"):
+                if self.typed is not None:
+                    self.typed.text_answer(reply)
+                    continue
                 raise Finished("completed")
             if stop in ("max_tokens", "refusal"):
                 raise Finished("stopped", stop_reason=stop)

@@ -8,7 +8,7 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from activities.wire import Message, Usage
+from activities.wire import ContentBlock, DocumentBlock, ImageBlock, Message, StoredSource, Usage
 from infra.model_names import DEFAULT_MODEL
 from workflows.records import CallStatus as CallStatus  # a wire type, re-exported
 from workflows.records import PendingApproval, RunStatus, ToolCallRecord, TraceTurn
@@ -94,6 +94,26 @@ class SubAgent(BaseModel):
     agent: AgentSpec
 
 
+class Attachment(BaseModel):
+    """A file given with the goal (infra/attachments.py). Its bytes are in the object
+    store under `ref`, never in history."""
+
+    name: str = Field(min_length=1, max_length=500)
+    media_type: str
+    ref: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0)
+    width: int | None = None
+    height: int | None = None
+    pages: int | None = None
+
+    def block(self) -> ContentBlock:
+        """The goal message's block for it: an image, or a document (a PDF, or text)."""
+        source = StoredSource(**self.model_dump()).model_dump(exclude_none=True)
+        if self.media_type.startswith("image/"):
+            return ImageBlock(source=source)
+        return DocumentBlock(source=source)
+
+
 class ForkPoint(BaseModel):
     session_id: str
     step: int
@@ -129,6 +149,10 @@ class SessionInput(BaseModel):
     agent: AgentSpec | None = None
     parent: ParentLink | None = None
     forked_from: ForkPoint | None = None
+    # Typed answers (workflows/typed_output.py): the answer is JSON that matches this JSON Schema.
+    output_schema: dict[str, Any] | None = None
+    # Files for the goal's message, by reference (sent as image, document or text blocks).
+    attachments: list[Attachment] = Field(default_factory=list)
     # The session's state: filled in by the session itself when it continues as new, or
     # by `fork` with the state of another session after one of its steps.
     state: SessionState | None = None
@@ -184,6 +208,8 @@ class SessionStatus(BaseModel):
     cost_usd: float | None = None
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     answer: str | None = None
+    # A session with an output schema: its answer, parsed (None until it has one).
+    output: Any = None
     error: str | None = None
     chat: bool = False
     user_turns: int = 1

@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.events import TurnRecorded
     from workflows.metering import history_length
     from workflows.session import Finished, Session, describe_failure, error_type, was_cancelled
+    from workflows.typed_output import INSTRUCTION
 
 
 class ModelCaller:
@@ -62,7 +63,7 @@ class ModelCaller:
             session_id=self.session.id,
             step=state.steps + 1,
             model=input.model,
-            system=input.system,
+            system=input.system if input.output_schema is None else f"{input.system}\n\n{INSTRUCTION}",
             max_tokens=input.limits.max_tokens,
             tools=None if self.tools_sent else state.specs,
             tools_ref=tool_specs_text(state.specs)[1],

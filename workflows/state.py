@@ -14,7 +14,7 @@ from typing import Any, cast
 from pydantic import BaseModel, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from activities.wire import Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock, Usage
+from activities.wire import ContentBlock, Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock, Usage
 from workflows.records import PendingApproval, RunStatus, ToolCallRecord, TraceTurn
 
 # Tool call statuses after which a call has its result.
@@ -61,6 +61,10 @@ class SessionState(BaseModel):
     # those not yet in a trace turn (before the first, and during a model call).
     temporal_actions: int = 0
     unattributed_actions: int = 0
+    # Typed answers (workflows/typed_output.py): the accepted answer, and the invalid ones so far.
+    output: Any = None
+    has_output: bool = False
+    invalid_answers: int = 0
 
     @field_validator("calls", mode="before")
     @classmethod
@@ -71,8 +75,11 @@ class SessionState(BaseModel):
         return {_call_id(c): c for c in cast("list[Any]", value)}
 
     @classmethod
-    def new(cls, goal: str, now: datetime, priced: bool) -> SessionState:
-        first = Message(role="user", content=[TextBlock(text=goal)])
+    def new(
+        cls, goal: str, now: datetime, priced: bool, attachments: list[ContentBlock] | None = None
+    ) -> SessionState:
+        # Attachments first, as the Messages API suggests: the model reads them, then the goal.
+        first = Message(role="user", content=[*(attachments or []), TextBlock(text=goal)])
         return cls(
             started_at=now, messages=[first], unsent=[first], cost_usd=0.0 if priced else None,
             run_started_at=now, updated_at=now,

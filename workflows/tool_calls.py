@@ -28,14 +28,22 @@ with workflow.unsafe.imports_passed_through():
     from workflows.session import HandOver, Session, describe_failure, error_type, short, was_cancelled
     from workflows.state import SETTLED
     from workflows.subagents import SubAgents
+    from workflows.typed_output import FINAL_ANSWER, TypedAnswers
 
 # From this many identical calls on, the model is told that it repeats itself.
 REPEAT_NOTE_AT = 3
 
 
 class ToolRunner:
-    def __init__(self, session: Session, subagents: SubAgents, wants_handover: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        session: Session,
+        subagents: SubAgents,
+        wants_handover: Callable[[], bool],
+        typed: TypedAnswers | None = None,
+    ) -> None:
         self.session = session
+        self.typed = typed  # a session with an output schema: `final_answer` is checked here
         self.state = session.state
         self.subagents = subagents
         self._wants_handover = wants_handover
@@ -62,6 +70,9 @@ class ToolRunner:
             self.session.view.publish(
                 ToolCallStarted(tool_use_id=call.tool_use_id, name=call.name, input=call.input)
             )
+        if self.typed is not None and call.name == FINAL_ANSWER:
+            valid, content = self.typed.take_call(call)
+            return self._close(call, "done" if valid else "error", content)
         spec = self.state.spec(call.name)
         if spec is None:
             names = ", ".join(s.name for s in self.state.specs) or "none"

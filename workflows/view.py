@@ -151,6 +151,7 @@ class SessionView:
             cost_usd=state.cost_usd,
             pending_approvals=state.pending_approvals(self.session_id),
             answer=state.answer,
+            output=state.output,
             chat=self.input.chat,
             user_turns=state.user_turns,
             queued_messages=len(state.queue),

@@ -6,8 +6,11 @@ an assistant's text and tool_use blocks one assistant message with `tool_calls`,
 tool_result a `role: "tool"` message. Back: a reply (assembled from a stream or read
 whole) becomes neutral blocks, a normalised stop reason and usage.
 
-Blocks with no Chat Completions spelling (thinking, server tools, images) are left out,
-so a transcript written through another provider can still be sent here.
+A user message with images (attachments) becomes content parts: its text and each image
+as an `image_url` data URL (`data:image/png;base64,...`). A PDF has no Chat Completions
+spelling: it is refused, as the start input's resolution refuses it before a session
+starts. Other blocks with no Chat Completions spelling (thinking, server tools) are left
+out, so a transcript written through another provider can still be sent here.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from activities.model_errors import terminal
 from activities.providers.base import ModelTurn, ProviderCall
 from activities.wire import Message, StopReason, TextBlock, ToolUseBlock, Usage
 
@@ -64,8 +68,30 @@ def to_chat(message: dict[str, Any]) -> list[Chat]:
         return [_assistant(content)]
     # Tool results first: they must follow the assistant message that asked for them.
     results = [_tool_result(b) for b in content if b.get("type") == "tool_result"]
+    if any(b.get("type") in ("image", "document") for b in content):
+        return [*results, {"role": "user", "content": _parts(content)}]
     text = _texts(content)
     return results + ([{"role": "user", "content": text}] if text or not results else [])
+
+
+def _parts(blocks: list[dict[str, Any]]) -> list[Chat]:
+    """A user message's text and images as content parts, in their order."""
+    parts: list[Chat] = []
+    for block in blocks:
+        kind = block.get("type")
+        if kind == "text" and block.get("text"):
+            parts.append({"type": "text", "text": block["text"]})
+        elif kind == "image":
+            source = block["source"]
+            url = f"data:{source['media_type']};base64,{source['data']}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        elif kind == "document":
+            title = block.get("title") or "a PDF"
+            raise terminal(
+                f"the OpenAI-compatible provider cannot send PDF attachments ({title}); "
+                "use an Anthropic model for PDFs"
+            )
+    return parts
 
 
 def _assistant(blocks: list[dict[str, Any]]) -> Chat:

@@ -30,6 +30,7 @@ import time
 import uuid
 from typing import Any
 
+from devservers.fakemodel.blocks import check_chat, compact
 from devservers.fakemodel.server import (
     FakeModelHTTPServer,
     FakeModelServer,
@@ -81,7 +82,7 @@ class PrefixCache:
 
     def usage(self, session: str, body: dict[str, Any]) -> dict[str, Any]:
         parts = [json.dumps(body.get("tools", []), sort_keys=True)]
-        parts += [json.dumps(m, sort_keys=True) for m in body.get("messages", [])]
+        parts += [json.dumps(m, sort_keys=True) for m in compact(body.get("messages", []))]
         digest = hashlib.sha256()
         tokens = cached = 0
         keys = []
@@ -147,6 +148,9 @@ class ChatHandler(Handler):
         kind = "server_error" if status >= 500 else "invalid_request_error"
         message = turn.get("message") or f"fake model: {kind}"
         return {"error": {"message": message, "type": kind, "param": None, "code": turn.get("code")}}
+
+    def check_request(self, body: dict[str, Any]) -> tuple[int, str] | None:
+        return check_chat(body)
 
     def _summary_request_text(self, body: dict[str, Any]) -> str:
         return next(m["content"] for m in body["messages"] if m["role"] == "user")

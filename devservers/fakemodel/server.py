@@ -22,6 +22,10 @@ or a fault:
 - `{"malformed": true}`: a body (or, streaming, an event) that is not valid JSON;
 - `{"raw": "not json"}`: this exact body with status 200;
 - `{"content": [...raw blocks...]}`: these content blocks, unknown types included;
+
+A request whose image or document blocks the real API would refuse (a wrong media
+type, bytes of another type, invalid base64, an image over 5 MB as base64, a block in an
+assistant message; `blocks.py`) gets the API's 400 without using a turn.
 - `"prompt_limit": N` on any turn: 400 "prompt is too long" while the request's messages
   are longer than N characters of JSON; the turn waits for a request that fits.
 
@@ -58,6 +62,8 @@ from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 from urllib.parse import parse_qs, urlparse
+
+from devservers.fakemodel.blocks import check_messages, compact
 
 PREFIX = "[fake model] "
 ERROR_TYPES = {
@@ -226,7 +232,7 @@ class PromptCache:
             *body.get("tools", []),
             *([{"type": "text", "text": system}] if isinstance(system, str) else system or []),
         ]
-        for message in body.get("messages", []):
+        for message in compact(body.get("messages", [])):
             content = message.get("content")
             blocks += [{"type": "text", "text": content}] if isinstance(content, str) else content
         for block in blocks:
@@ -275,7 +281,7 @@ def build_message(
     has_tools = any(b.get("type") == "tool_use" for b in content)
     stop = turn.get("stop_reason") or ("tool_use" if has_tools else "end_turn")
     usage = {
-        "input_tokens": max(1, len(json.dumps(body.get("messages", []))) // 4),
+        "input_tokens": max(1, len(json.dumps(compact(body.get("messages", [])))) // 4),
         "output_tokens": max(1, len(json.dumps(content)) // 4),
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": 0,
@@ -348,7 +354,8 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/v1/messages/count_tokens":
             body = self._body()
             count = max(
-                1, len(json.dumps([body.get("system"), body.get("tools"), body.get("messages")])) // 4
+                1,
+                len(json.dumps(compact([body.get("system"), body.get("tools"), body.get("messages")]))) // 4,
             )
             self._json(200, {"input_tokens": count})
         else:
@@ -381,6 +388,9 @@ class Handler(BaseHTTPRequestHandler):
             turn: dict[str, Any] = {
                 "text": f"{PREFIX}summary of {excerpt.count('tool_use_id')} tool results and what led to them."
             }
+        elif (refused := self.check_request(body)) is not None:
+            # Refused as the real API refuses it, before a scripted turn is used.
+            turn = {"status": refused[0], "message": refused[1]}
         else:
             turn = self.server.script.next_turn(session, body)
         if turn.get("delay"):
@@ -396,6 +406,10 @@ class Handler(BaseHTTPRequestHandler):
             self._raw(turn["raw"].encode())
             return
         self._reply(session, turn, body)
+
+    def check_request(self, body: dict[str, Any]) -> tuple[int, str] | None:
+        """What the real API refuses of the request's blocks (devservers/fakemodel/blocks.py)."""
+        return check_messages(body)
 
     def _summary_request_text(self, body: dict[str, Any]) -> str:
         return body["messages"][0]["content"][0]["text"]
