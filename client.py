@@ -63,6 +63,11 @@ def add_session_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--summarize-dropped", action="store_true", help="summarise what no longer fits the context"
     )
+    command.add_argument(
+        "--notify", action="append", metavar="URL",
+        help="POST a signed JSON notification here when a call waits for approval, the session waits "
+             "for an event, and it ends (repeatable; allowed by AGENT_NOTIFY_ALLOW)",
+    )  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:

@@ -57,6 +57,9 @@ class AgentDefinition(BaseModel):
     mcp_servers: list[str] = Field(default_factory=list)
     subagents: list[str] = Field(default_factory=list)
     approval: dict[str, ApprovalRule] = Field(default_factory=dict)
+    # URLs told when a call waits for approval, a wait for an event starts, and the session
+    # ends; each must start with a prefix in AGENT_NOTIFY_ALLOW (infra/notify.py).
+    notify: list[str] | None = None
     # Any limit of `start`; the command line's flags override them.
     max_steps: int | None = Field(default=None, ge=1, le=10_000)
     token_budget: int | None = Field(default=None, ge=1)

@@ -63,7 +63,7 @@ async def _session_input(body: schemas.StartSession, user: User, owned: Owners) 
               "cost_budget_usd": body.cost_budget, "timeout_seconds": body.timeout}  # fmt: skip
     fields = {
         "user_id": user.name, "model": body.model, "system": body.system, "chat": body.chat or None,
-        "search_attributes": await owned.has_search_attributes(),
+        "notify": body.notify, "search_attributes": await owned.has_search_attributes(),
     }  # fmt: skip
     try:
         return start_input.resolve(goal=body.goal, agent=body.agent, limits=limits, fields=fields)

@@ -27,6 +27,11 @@ class StartSession(Body):
     cost_budget: float | None = Field(default=None, gt=0, description="USD")
     timeout: float | None = Field(default=None, gt=0, description="seconds")
     chat: bool = False
+    notify: list[str] | None = Field(
+        default=None, max_length=10,
+        description="URLs told when a call waits for approval, the session waits for an event, and it ends "
+                    "(each must start with a prefix in the service's AGENT_NOTIFY_ALLOW)",
+    )  # fmt: skip
 
 
 class Approve(Body):

@@ -5,7 +5,8 @@
 input: it checks the model's provider, reads the definitions, resolves the agent (its
 model, prompt, tools, MCP servers by name, approval rules, limits, and its sub-agents,
 each resolved the same way) with the caller's settings on top, and refuses a cost budget
-for a model without prices. Every refusal is a one-line `BadRequest`; a value that breaks
+for a model without prices and a notification URL that `AGENT_NOTIFY_ALLOW` does not
+allow (infra/notify.py; the caller's `notify` list replaces the agent's). Every refusal is a one-line `BadRequest`; a value that breaks
 the input's schema is pydantic's `ValidationError`, which each entry point words its own
 way. The start input is in history, so a later edit of the file never changes a running
 session.
@@ -20,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 from activities.providers import split
 from infra.definitions import AgentDefinition, DefinitionError, Definitions, load_definitions
 from infra.errors import BadRequest
+from infra.notify import NotifyRefused, allowed_prefixes, check_targets
 from sessions.pricing import PRICES, price_for
 from workflows.contract import DEFAULT_MODEL, DEFAULT_SYSTEM, AgentSpec, Limits, SessionInput, SubAgent
 
@@ -56,7 +58,11 @@ def resolve(*, goal: str, agent: str | None, limits: dict[str, Any], fields: dic
             f"no prices for model {resolved.model!r}, so a cost budget cannot be kept; "
             f"models with prices: {', '.join(sorted(PRICES))}"
         )
-    return resolved
+    try:
+        targets = check_targets(resolved.notify, allowed_prefixes())
+    except NotifyRefused as err:
+        raise BadRequest(str(err)) from None
+    return resolved.model_copy(update={"notify": targets})
 
 
 def check_model(model: str) -> None:
@@ -127,6 +133,7 @@ def session_input(
         "model": definition.model,
         "system": definition.system,
         "tools": definition.tools,
+        "notify": definition.notify,
     }
     settings = {k: v for k, v in settings.items() if v is not None} | given
     model = settings.get("model", DEFAULT_MODEL)

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.events import EVENT_TOPIC, Answered, ContinuedAsNew, UserMessageTaken
     from workflows.metering import Meter, history_length
     from workflows.model_calls import ModelCaller
+    from workflows.notify import NOTIFY_OUTCOME, NotifyResult
     from workflows.options import DESCRIBE_TOOLS_ATTEMPTS
     from workflows.session import Finished, HandOver, Session, describe_failure, fmt_duration
     from workflows.state import SessionState
@@ -84,6 +85,7 @@ class AgentWorkflow:
         if handover:
             await self._continue_as_new()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self.session.notifier.ended()  # started, not delivered: the session closes at once
         spans.session_ended(self.session)
         return self.session.view.snapshot()
 
@@ -105,6 +107,10 @@ class AgentWorkflow:
     @workflow.signal(name=CHILD_APPROVALS)
     def child_approvals(self, update: ChildApprovals) -> None:
         self.subagents.take_child_approvals(update)
+
+    @workflow.signal(name=NOTIFY_OUTCOME)
+    def notification_outcome(self, outcome: NotifyResult) -> None:
+        self.session.notifier.take_outcome(outcome)
 
     # Each action is an update (its validator is the action's rule: a refused one is not
     # recorded, and the caller gets the reason) and a signal of the same action for
@@ -201,6 +207,9 @@ class AgentWorkflow:
         session, state = self.session, self.session.state
         if problem := self._check_input():
             session.finish("failed", error=problem)
+            return
+        if state.runs == 1 and (problem := await session.notifier.check()):
+            session.finish("failed", error=problem)  # before the first model call
             return
         if not state.specs:
             try:
@@ -348,6 +357,7 @@ class AgentWorkflow:
         state = self.session.state
         self.stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self.session.notifier.started()  # their deliveries go on in their own workflows
         self.session.view.publish(ContinuedAsNew(run=state.runs + 1, steps=state.steps))
         state.stream_state = self.stream.get_state()
         workflow.continue_as_new(self.session.input.model_copy(update={"state": state}))
