@@ -328,6 +328,7 @@ async def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from activities.live_server import live_url
     from activities.mcp import McpActivities
+    from activities.notify import NotifyActivities
     from activities.providers import import_sdks
     from infra.connection import connect, task_queue
     from infra.definitions import DefinitionError, load_definitions
@@ -340,12 +341,13 @@ async def main() -> None:
             extras.require("otel", "--metrics-port")
         definitions = load_definitions()
         check_definitions(definitions, tools)
+        notify = NotifyActivities.from_env()
         versioning = deployment_config(args.deployment, args.build_id)
         metrics = otel.metrics(args.metrics_port)
         client = await connect(**({"runtime": metrics.runtime} if metrics else {}))
         mcp = McpActivities(definitions.mcp_servers)
         worker = build_worker(
-            client, tools, mcp=mcp, sandboxed=args.sandbox or None, workflow=workflow,
+            client, tools, mcp=mcp, notify=notify, sandboxed=args.sandbox or None, workflow=workflow,
             deployment_config=versioning, graceful_shutdown_timeout=timedelta(seconds=args.drain_seconds),
             heartbeat_timeout=args.heartbeat_timeout, **capacity_options(args),
             live=None if args.no_live else (args.live_host, args.live_port),
@@ -354,6 +356,10 @@ async def main() -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
     import_sdks()
+    if notify.allow and not notify.can_sign:
+        logging.warning(
+            "AGENT_NOTIFY_ALLOW is set but AGENT_WEBHOOK_SECRET is not: sessions that notify will fail"
+        )
     if not os.environ.get("ANTHROPIC_API_KEY"):
         logging.warning("ANTHROPIC_API_KEY is not set: model calls will fail until it is")
     where = f", deployment {args.deployment} build {args.build_id}" if versioning else ""

@@ -83,6 +83,10 @@ class NotifyActivities:
         """`AGENT_WEBHOOK_SECRET`, `AGENT_NOTIFY_ALLOW` and `AGENT_NOTIFY_RETRY` of this process."""
         return cls(webhook_secret(), allowed_prefixes(), retry_schedule())
 
+    @property
+    def can_sign(self) -> bool:
+        return self._secret is not None
+
     def activities(self) -> list[Callable[..., Any]]:
         return [self.check_notify, self.deliver_notification]
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from activities.wire import ContentBlock, Message, TextBlock, ToolResultBlock, Usage
 from infra.errors import BadRequest
 from workflows.contract import ForkPoint, SessionInput
-from workflows.records import ToolCallRecord
+from workflows.records import Notifications, ToolCallRecord
 from workflows.state import SessionState
 
 RERUN = ("pending", "waiting_approval", "running", "not_run", "cancelled")
@@ -74,7 +74,7 @@ def forked_state(session_id: str, state: SessionState, step: int, message: str |
             # a new session's first run
             "runs": 0, "paused": False, "idle": False, "closing": False, "queue": [], "run_started_at": None,
             "stream_state": None, "cancel_requested": None, "ending": None, "updated_at": None,
-            "child_approvals": {},
+            "child_approvals": {}, "notifications_sent": 0, "notifications": Notifications(),
         },
     )  # fmt: skip
     return forked.model_copy(deep=True)  # shares nothing with the source's state

@@ -25,6 +25,7 @@ from temporalio import workflow
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from activities.notify import NotifyActivities
+from bench.billing import count
 from devservers.fakemodel import FakeModelServer
 from infra.errors import BadRequest
 from infra.notify import ALLOW_ENV, NotifyRefused, check_targets
@@ -32,6 +33,7 @@ from sessions import control, start_input
 from tests.conftest import ROOT, Harness, answer, model_activities, tool_use
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
+from tests.test_actions import counted
 from tests.test_loop import wait_for_status
 from worker import build_worker
 from workflows.contract import Decision, SessionInput
@@ -135,6 +137,17 @@ async def settled_status(client: Client, session_id: str, timeout: float = 30) -
         await asyncio.sleep(0.2)
 
 
+async def billed(client: Client, session_id: str, notifications: int) -> int:
+    """bench/billing.py's count of the session's runs and of its notification workflows."""
+    total = await counted(client, session_id)
+    for n in range(1, notifications + 1):
+        events = [
+            e async for e in client.get_workflow_handle(f"{session_id}.notify-{n}").fetch_history_events()
+        ]
+        total = total + count(events)
+    return total.total
+
+
 async def test_notifications_are_signed_retried_with_one_key_and_counted(
     notifying: Harness, receiver: Receiver
 ):
@@ -161,6 +174,8 @@ async def test_notifications_are_signed_retried_with_one_key_and_counted(
     assert result.status == "completed"
     final = await settled_status(notifying.client, handle.id)
     assert final.notifications == Notifications(delivered=2, failed=0)
+
+    assert final.temporal_actions == await billed(notifying.client, handle.id, 2)
 
     got = receiver.of(handle.id)
     approval, ended = got[:3], got[3:]
@@ -219,6 +234,7 @@ async def test_a_receiver_that_is_down_delays_neither_the_work_nor_the_end(
     assert final.notifications == Notifications(delivered=0, failed=2)
     attempts = len(receiver.of(handle.id))
     assert attempts == 10, "5 attempts each in 3 s with the test schedule"
+    assert final.temporal_actions == await billed(notifying.client, handle.id, 2)
     assert final.temporal_actions >= result.temporal_actions + 5, "the ended one's attempts are counted"
     record(
         AREA,

@@ -208,20 +208,14 @@ class AgentWorkflow:
         if problem := self._check_input():
             session.finish("failed", error=problem)
             return
-        if state.runs == 1 and (problem := await session.notifier.check()):
-            session.finish("failed", error=problem)  # before the first model call
+        # A worker's check of the notification URLs runs beside the tool listing; either
+        # failing ends the session before any model call.
+        checked = asyncio.create_task(session.notifier.check()) if state.runs == 1 else None
+        problem = await self._list_tools() if not state.specs else None
+        problem = problem or (await checked if checked is not None else None)
+        if problem:
+            session.finish("failed", error=problem)
             return
-        if not state.specs:
-            try:
-                state.specs = (
-                    await describe_tools(session) + await list_mcp_tools(session) + subagent_specs(session)
-                )
-            except (ActivityError, ApplicationError) as err:  # a local activity's failure may come bare
-                why = describe_failure(err, "listing the tools")
-                session.finish(
-                    "failed", error=f"cannot start: {why} (after {DESCRIBE_TOOLS_ATTEMPTS} attempts)"
-                )
-                return
         while True:
             if not state.idle:
                 ended = await self._run_with_limits()
@@ -243,6 +237,18 @@ class AgentWorkflow:
                 raise HandOver()
             if not await self._wait_for_input():
                 return
+
+    async def _list_tools(self) -> str | None:
+        """Record the session's tools (the worker's, its MCP servers', its sub-agents'); why it cannot, or None."""
+        session = self.session
+        try:
+            session.state.specs = (
+                await describe_tools(session) + await list_mcp_tools(session) + subagent_specs(session)
+            )
+        except (ActivityError, ApplicationError) as err:  # a local activity's failure may come bare
+            why = describe_failure(err, "listing the tools")
+            return f"cannot start: {why} (after {DESCRIBE_TOOLS_ATTEMPTS} attempts)"
+        return None
 
     async def _wait_for_input(self) -> bool:
         """Wait idle for the next message; False when the session ended meanwhile."""

@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.notify import Delivery, Notification, NotifyActivities
     from workflows import options
     from workflows.contract import SessionInput
-    from workflows.metering import Meter, current_task
+    from workflows.metering import Meter
     from workflows.records import PendingApproval
     from workflows.state import SessionState
 
@@ -173,19 +173,19 @@ class Notifier:
         """Before the first model call: why this worker cannot notify the URLs, or None."""
         if not self.input.notify:
             return None
-        task = current_task()
+        # A regular activity: it runs where the deliveries will, on any worker of the queue.
         try:
-            problem = await workflow.execute_local_activity_method(
+            problem = await workflow.execute_activity_method(
                 NotifyActivities.check_notify,
                 self.input.notify,
                 **options.check_notify(),
                 summary="check the notification URLs",
             )
-        except (ActivityError, ApplicationError) as err:
-            self.meter.local_activity_failed(task, err, options.attempts(options.check_notify()))
-            problem = f"the notification URLs could not be checked: {err}"
+        except ActivityError as err:
+            self.meter.activity_failed(err, options.attempts(options.check_notify()))
+            problem = f"the notification URLs could not be checked: {_why(err)}"
         else:
-            self.meter.local_activity(task)
+            self.meter.activity()
         if problem is not None:
             self.refused = True
             return f"cannot notify {', '.join(self.input.notify)}: {problem}"

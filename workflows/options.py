@@ -168,8 +168,8 @@ def deliver_notification(schedule: tuple[float, float, float] = NOTIFY_SCHEDULE)
     )
 
 
-def check_notify() -> LocalActivityOptions:
-    return LocalActivityOptions(start_to_close_timeout=LOCAL_TIMEOUT, retry_policy=DESCRIBE_TOOLS_RETRY)
+def check_notify() -> ActivityOptions:
+    return ActivityOptions(start_to_close_timeout=LOCAL_TIMEOUT, retry_policy=DESCRIBE_TOOLS_RETRY)
 
 
 def notification() -> ChildOptions:
