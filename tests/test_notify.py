@@ -31,6 +31,7 @@ from infra.errors import BadRequest
 from infra.notify import ALLOW_ENV, NotifyRefused, check_targets
 from sessions import control, start_input
 from tests.conftest import ROOT, Harness, answer, model_activities, tool_use
+from tests.support.api import serve_api
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
 from tests.test_actions import counted
@@ -244,6 +245,20 @@ async def test_a_receiver_that_is_down_delays_neither_the_work_nor_the_end(
     )
 
 
+async def test_a_session_cancelled_from_temporal_still_notifies_its_end(
+    notifying: Harness, receiver: Receiver
+):
+    handle = await notifying.start([tool_use("send_email", EMAIL, id="e1")], notify=[receiver.url + "/c"])
+    await wait_for_status(handle, "waiting_approval")
+    await handle.cancel()  # the Temporal UI's Cancel: the workflow itself is cancelled
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "cancelled"
+    final = await settled_status(notifying.client, handle.id)
+    assert final.notifications == Notifications(delivered=2)
+    ended = [r.body for r in receiver.of(handle.id) if r.body["type"] == "ended"]
+    assert [(e["status"], e["error"]) for e in ended] == [("cancelled", "cancelled from Temporal")]
+
+
 async def test_a_worker_without_the_secret_fails_the_session_before_its_first_model_call(
     client: Client, fake_model: FakeModelServer, data_dir: Path, receiver: Receiver
 ):
@@ -388,3 +403,16 @@ async def test_client_start_with_a_url_not_allowed_is_one_line(dev_server):
         lines = err.decode().strip().splitlines()
         assert len(lines) == 1 and needle in lines[0], lines
         assert out == b""
+
+
+async def test_the_api_refuses_a_url_it_does_not_allow(
+    client: Client, dev_server, fake_model: FakeModelServer, data_dir: Path, tmp_path: Path
+):
+    folder_api = serve_api(client, dev_server.address, fake_model, data_dir, tmp_path)
+    async with folder_api as api, api.client("alice") as alice:
+        session_id = f"api-{uuid.uuid4().hex[:10]}"
+        body = {"goal": "x", "session_id": session_id, "notify": ["http://169.254.169.254/latest"]}
+        response = await alice.post("/v1/sessions", json=body)
+        assert response.status_code == 422, response.text
+        assert ALLOW_ENV in response.json()["error"]["message"], "refused: the service allows no such URL"
+        assert (await alice.get(f"/v1/sessions/{session_id}")).status_code == 404
