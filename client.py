@@ -71,6 +71,11 @@ def add_session_flags(command: argparse.ArgumentParser) -> None:
         "--attach", type=Path, action="append", metavar="FILE",
         help="a file for the goal's message: PNG, JPEG, GIF, WebP, PDF or plain text (repeatable)",
     )  # fmt: skip
+    command.add_argument(
+        "--notify", action="append", metavar="URL",
+        help="POST a signed JSON notification here when a call waits for approval, the session waits "
+             "for an event, and it ends (repeatable; allowed by AGENT_NOTIFY_ALLOW)",
+    )  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 
     from activities.mcp import McpActivities
     from activities.model import ModelActivities
+    from activities.notify import NotifyActivities
     from activities.tools import Tool
     from infra.definitions import Definitions
 
@@ -165,6 +166,7 @@ def build_worker(
     model: ModelActivities | None = None,
     *,
     mcp: McpActivities | None = None,
+    notify: NotifyActivities | None = None,
     sandboxed: bool | None = None,
     workflow: type | None = None,
     heartbeat_timeout: timedelta | None = None,
@@ -179,19 +181,23 @@ def build_worker(
     is `--heartbeat-timeout` (default: none). Sessions count their billable actions through
     the `Metering` interceptor, installed before any in `options["interceptors"]`. `live`
     is where the worker serves its model calls' text, (host, port), named in its identity
-    (`--live-host`, `--live-port`); None: nowhere (`--no-live`).
+    (`--live-host`, `--live-port`); None: nowhere (`--no-live`). `notify` delivers the
+    sessions' notifications (default: with this process's `AGENT_WEBHOOK_SECRET`,
+    `AGENT_NOTIFY_ALLOW` and `AGENT_NOTIFY_RETRY`).
     """
     from temporalio.worker import UnsandboxedWorkflowRunner, Worker
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
     from activities.mcp import McpActivities
     from activities.model import ModelActivities
+    from activities.notify import NotifyActivities
     from activities.tools import ToolActivities
     from infra.connection import task_queue
     from infra.definitions import load_definitions
     from infra.fingerprint import with_fingerprint
     from workflows.agent import AgentWorkflow
-    from workflows.interceptors import HeartbeatTimeout, Metering
+    from workflows.interceptors import HeartbeatTimeout, Metering, NotifyRetry
+    from workflows.notify import NotifyWorkflow
 
     if sandboxed is None:
         sandboxed = os.environ.get("AGENT_WORKFLOW_SANDBOX", "") not in ("", "0")
@@ -202,7 +208,10 @@ def build_worker(
         restrictions = SandboxRestrictions.default.with_passthrough_modules("opentelemetry")
         options.setdefault("workflow_runner", SandboxedWorkflowRunner(restrictions=restrictions))
     options.setdefault("sticky_queue_schedule_to_start_timeout", STICKY_TIMEOUT)
+    notify = notify or NotifyActivities.from_env()
     interceptors = [Metering(), *([HeartbeatTimeout(heartbeat_timeout)] if heartbeat_timeout else [])]
+    if notify.schedule is not None:
+        interceptors.append(NotifyRetry(notify.schedule))
     options["interceptors"] = [*interceptors, *options.get("interceptors", [])]
     throttle = min(HEARTBEAT_THROTTLE, heartbeat_timeout / 6) if heartbeat_timeout else HEARTBEAT_THROTTLE
     make: Callable[..., Worker] = Worker
@@ -218,11 +227,12 @@ def build_worker(
     return make(
         client,
         task_queue=queue or task_queue(),
-        workflows=[workflow or AgentWorkflow],
+        workflows=[workflow or AgentWorkflow, NotifyWorkflow],
         activities=[
             (model or ModelActivities()).call_model,
             *ToolActivities(tools).activities(),
             *(mcp or McpActivities(load_definitions().mcp_servers)).activities(),
+            *notify.activities(),
         ],
         max_heartbeat_throttle_interval=throttle,
         default_heartbeat_throttle_interval=throttle,
@@ -318,6 +328,7 @@ async def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from activities.live_server import live_url
     from activities.mcp import McpActivities
+    from activities.notify import NotifyActivities
     from activities.providers import import_sdks
     from infra.connection import connect, task_queue
     from infra.definitions import DefinitionError, load_definitions
@@ -330,12 +341,13 @@ async def main() -> None:
             extras.require("otel", "--metrics-port")
         definitions = load_definitions()
         check_definitions(definitions, tools)
+        notify = NotifyActivities.from_env()
         versioning = deployment_config(args.deployment, args.build_id)
         metrics = otel.metrics(args.metrics_port)
         client = await connect(**({"runtime": metrics.runtime} if metrics else {}))
         mcp = McpActivities(definitions.mcp_servers)
         worker = build_worker(
-            client, tools, mcp=mcp, sandboxed=args.sandbox or None, workflow=workflow,
+            client, tools, mcp=mcp, notify=notify, sandboxed=args.sandbox or None, workflow=workflow,
             deployment_config=versioning, graceful_shutdown_timeout=timedelta(seconds=args.drain_seconds),
             heartbeat_timeout=args.heartbeat_timeout, **capacity_options(args),
             live=None if args.no_live else (args.live_host, args.live_port),
@@ -344,6 +356,10 @@ async def main() -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
     import_sdks()
+    if notify.allow and not notify.can_sign:
+        logging.warning(
+            "AGENT_NOTIFY_ALLOW is set but AGENT_WEBHOOK_SECRET is not: sessions that notify will fail"
+        )
     if not os.environ.get("ANTHROPIC_API_KEY"):
         logging.warning("ANTHROPIC_API_KEY is not set: model calls will fail until it is")
     where = f", deployment {args.deployment} build {args.build_id}" if versioning else ""

@@ -61,6 +61,9 @@ class AgentDefinition(BaseModel):
     # relative to the definitions file); the start input's resolution checks it.
     output_schema: dict[str, Any] | None = None
     output_schema_file: str | None = Field(default=None, min_length=1)
+    # URLs told when a call waits for approval, a wait for an event starts, and the session
+    # ends; each must start with a prefix in AGENT_NOTIFY_ALLOW (infra/notify.py).
+    notify: list[str] | None = None
     # Any limit of `start`; the command line's flags override them.
     max_steps: int | None = Field(default=None, ge=1, le=10_000)
     token_budget: int | None = Field(default=None, ge=1)

@@ -66,6 +66,7 @@ async def _session_input(body: schemas.StartSession, user: User, owned: Owners) 
         "user_id": user.name, "model": body.model, "system": body.system, "chat": body.chat or None,
         "search_attributes": await owned.has_search_attributes(),
         "output_schema": body.output_schema,
+        "notify": body.notify,
     }  # fmt: skip
     try:
         attachments = [

@@ -34,6 +34,11 @@ class StartSession(Body):
         default_factory=list, max_length=100,
         description="files for the goal's message: PNG, JPEG, GIF or WebP images, PDF, plain text",
     )  # fmt: skip
+    notify: list[str] | None = Field(
+        default=None, max_length=10,
+        description="URLs told when a call waits for approval, the session waits for an event, and it ends "
+                    "(each must start with a prefix in the service's AGENT_NOTIFY_ALLOW)",
+    )  # fmt: skip
 
 
 class NewAttachment(Body):

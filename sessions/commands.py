@@ -81,6 +81,7 @@ async def resolve_start(client: Client, args: argparse.Namespace) -> SessionInpu
         "chat": args.chat or None,
         "summarize_dropped": args.summarize_dropped or None,
         "idle_timeout_seconds": args.idle_timeout,
+        "notify": args.notify,
         "search_attributes": await control.has_search_attributes(client),
     }
     if args.output_schema is not None:

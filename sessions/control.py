@@ -22,6 +22,7 @@ from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverse
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
@@ -46,7 +47,15 @@ from infra.errors import (
 )
 from workflows import search
 from workflows.agent import AgentWorkflow
-from workflows.contract import INVALID_TOOL_INPUT, SessionHistory, SessionInput, SessionStatus, StuckTask
+from workflows.contract import (
+    FINAL_STATUSES,
+    INVALID_TOOL_INPUT,
+    SessionHistory,
+    SessionInput,
+    SessionStatus,
+    StuckTask,
+)
+from workflows.notify import NotifyResult
 
 QUERY_TIMEOUT = timedelta(seconds=20)
 # A stuck session may not answer queries at all: ask briefly, then build the status
@@ -142,12 +151,35 @@ async def status(client: Client, session_id: str) -> SessionStatus:
     h = handle(client, session_id)
     stuck = await stuck_task(client, h)
     if stuck is None:
-        return await query(h, AgentWorkflow.status)
+        return await with_notifications(client, await query(h, AgentWorkflow.status))
     try:
         snapshot = await query(h, AgentWorkflow.status, timeout=STUCK_QUERY_TIMEOUT)
     except (NoWorker, Rejected, RPCError):  # a failing task may not answer queries either
         snapshot = await _status_from_start(client, h)
     return snapshot.model_copy(update={"status": "stuck", "stuck": stuck})
+
+
+async def with_notifications(client: Client, snapshot: SessionStatus) -> SessionStatus:
+    """A closed session's status with the outcomes of its notifications that were still
+    delivering when it closed (the `ended` one at least), read from their own workflows:
+    a closed session takes no more signals (workflows/notify.py)."""
+    counts = snapshot.notifications
+    if snapshot.status not in FINAL_STATUSES or not counts.pending:
+        return snapshot
+    counts, actions = counts.model_copy(deep=True), snapshot.temporal_actions
+    for key in list(counts.pending):
+        notification = client.get_workflow_handle(key, result_type=NotifyResult)
+        try:
+            if (await notification.describe()).status != WorkflowExecutionStatus.COMPLETED:
+                continue
+            outcome: NotifyResult = await notification.result()
+        except (RPCError, WorkflowFailureError):
+            continue
+        counts.pending.remove(key)
+        counts.delivered += outcome.delivered
+        counts.failed += outcome.failed
+        actions += outcome.actions
+    return snapshot.model_copy(update={"notifications": counts, "temporal_actions": actions})
 
 
 async def history(client: Client, session_id: str) -> SessionHistory:

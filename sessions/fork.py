@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from activities.wire import ContentBlock, Message, TextBlock, ToolResultBlock, Usage
 from infra.errors import BadRequest
 from workflows.contract import ForkPoint, SessionInput
-from workflows.records import ToolCallRecord
+from workflows.records import Notifications, ToolCallRecord
 from workflows.state import SessionState
 
 RERUN = ("pending", "waiting_approval", "running", "not_run", "cancelled")
@@ -77,6 +77,7 @@ def forked_state(session_id: str, state: SessionState, step: int, message: str |
             "child_approvals": {},
             # a typed answer is given afresh
             "output": None, "has_output": False, "invalid_answers": 0,
+            "notifications_sent": 0, "notifications": Notifications(),
         },
     )  # fmt: skip
     return forked.model_copy(deep=True)  # shares nothing with the source's state

@@ -5,7 +5,8 @@
 input: it checks the model's provider, reads the definitions, resolves the agent (its
 model, prompt, tools, MCP servers by name, approval rules, limits, and its sub-agents,
 each resolved the same way) with the caller's settings on top, and refuses a cost budget
-for a model without prices. Every refusal is a one-line `BadRequest`; a value that breaks
+for a model without prices and a notification URL that `AGENT_NOTIFY_ALLOW` does not
+allow (infra/notify.py; the caller's `notify` list replaces the agent's). Every refusal is a one-line `BadRequest`; a value that breaks
 the input's schema is pydantic's `ValidationError`, which each entry point words its own
 way. The start input is in history, so a later edit of the file never changes a running
 session.
@@ -33,6 +34,7 @@ from infra.definitions import (
     load_definitions,
 )
 from infra.errors import BadRequest
+from infra.notify import NotifyRefused, allowed_prefixes, check_targets
 from sessions.pricing import PRICES, price_for
 from workflows.contract import (
     DEFAULT_MODEL,
@@ -89,7 +91,11 @@ def resolve(
     check_output_schema(resolved)
     if attachments:
         resolved = resolved.model_copy(update={"attachments": attach(resolved.model, attachments)})
-    return resolved
+    try:
+        targets = check_targets(resolved.notify, allowed_prefixes())
+    except NotifyRefused as err:
+        raise BadRequest(str(err)) from None
+    return resolved.model_copy(update={"notify": targets})
 
 
 # ---- attachments (infra/attachments.py) ----------------------------------------------
@@ -250,6 +256,7 @@ def session_input(
         "system": definition.system,
         "tools": definition.tools,
         "output_schema": agent_output_schema(definition),
+        "notify": definition.notify,
     }
     settings = {k: v for k, v in settings.items() if v is not None} | given
     model = settings.get("model", DEFAULT_MODEL)

@@ -60,6 +60,44 @@ async def approve(handle) -> None:
     await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
 
 
+async def approve_once_notified(handle) -> None:
+    """Approve once the approval's notification has been delivered (its outcome signalled)."""
+    from workflows.contract import Decision, SessionStatus
+
+    await wait_for(handle, "waiting_approval")
+    deadline = asyncio.get_running_loop().time() + 30
+    while (await handle.query("status", result_type=SessionStatus)).notifications.delivered < 1:
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"session {handle.id}: the approval's notification was never delivered")
+        await asyncio.sleep(0.1)
+    await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
+
+
+# The receiver of the notifications scenario: answers 503 to its first request, then 200.
+RECEIVER: dict[str, object] = {"url": "", "seen": 0}
+
+
+def start_receiver():
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            RECEIVER["seen"] = int(str(RECEIVER["seen"])) + 1
+            self.send_response(503 if RECEIVER["seen"] == 1 else 200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    RECEIVER["url"] = f"http://127.0.0.1:{server.server_address[1]}/"
+    Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 async def approve_by_signal(handle) -> None:
     from workflows.contract import Decision
 
@@ -239,11 +277,18 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
         {"search_attributes": True},
         approve,
     ),
+    # Notifications: approval_requested (delivered on its second attempt) and ended.
+    "notify": (
+        [tool_use("send_email", EMAIL, id="e1"), answer("sent")],
+        {"_fields": lambda: {"notify": [f"{RECEIVER['url']}hook"]}},
+        approve_once_notified,
+    ),
 }
 
 
 async def record(names: list[str], out: Path) -> None:
 
+    from activities.notify import NotifyActivities
     from devservers import temporal_server
     from devservers.fakemodel import FakeModelServer
     from infra.connection import connect
@@ -259,11 +304,13 @@ async def record(names: list[str], out: Path) -> None:
     os.environ["AGENT_DATA_DIR"] = str(data)
     server = temporal_server.start(log_file=data / "temporal.log")
     model = FakeModelServer().start()
+    receiver = start_receiver()
     try:
         client = await connect(target_host=server.address)
         queue = f"record-{uuid.uuid4().hex[:8]}"
         activities = model_activities(model, data)
-        async with build_worker(client, TOOLS, queue=queue, model=activities):
+        notify = NotifyActivities("record-histories-secret", [str(RECEIVER["url"])], (0.2, 1.0, 5.0))
+        async with build_worker(client, TOOLS, queue=queue, model=activities, notify=notify):
             for name in names:
                 turns, fields, steer = SCENARIOS[name]
                 session_id = f"replay-{name}"
@@ -301,6 +348,7 @@ async def record(names: list[str], out: Path) -> None:
                     print(f"{path}: {result.status} {result.stop_reason or ''} "
                           f"({len(history.events)} events)")  # fmt: skip
     finally:
+        receiver.shutdown()
         model.stop()
         server.stop()
 

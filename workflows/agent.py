@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.events import EVENT_TOPIC, Answered, ContinuedAsNew, UserMessageTaken
     from workflows.metering import Meter, history_length
     from workflows.model_calls import ModelCaller
+    from workflows.notify import NOTIFY_OUTCOME, NotifyResult
     from workflows.options import DESCRIBE_TOOLS_ATTEMPTS
     from workflows.session import Finished, HandOver, Session, describe_failure, fmt_duration
     from workflows.state import SessionState
@@ -89,6 +90,7 @@ class AgentWorkflow:
         if handover:
             await self._continue_as_new()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self.session.notifier.ended()  # started, not delivered: the session closes at once
         spans.session_ended(self.session)
         return self.session.view.snapshot()
 
@@ -110,6 +112,10 @@ class AgentWorkflow:
     @workflow.signal(name=CHILD_APPROVALS)
     def child_approvals(self, update: ChildApprovals) -> None:
         self.subagents.take_child_approvals(update)
+
+    @workflow.signal(name=NOTIFY_OUTCOME)
+    def notification_outcome(self, outcome: NotifyResult) -> None:
+        self.session.notifier.take_outcome(outcome)
 
     # Each action is an update (its validator is the action's rule: a refused one is not
     # recorded, and the caller gets the reason) and a signal of the same action for
@@ -207,22 +213,14 @@ class AgentWorkflow:
         if problem := self._check_input():
             session.finish("failed", error=problem)
             return
-        if not state.specs:
-            try:
-                state.specs = (
-                    await describe_tools(session) + await list_mcp_tools(session) + subagent_specs(session)
-                )
-            except (ActivityError, ApplicationError) as err:  # a local activity's failure may come bare
-                why = describe_failure(err, "listing the tools")
-                session.finish(
-                    "failed", error=f"cannot start: {why} (after {DESCRIBE_TOOLS_ATTEMPTS} attempts)"
-                )
-                return
-            if session.input.output_schema is not None:  # the answer's own tool, in place of any namesake
-                state.specs = [
-                    *(s for s in state.specs if s.name != FINAL_ANSWER),
-                    answer_spec(session.input.output_schema),
-                ]
+        # A worker's check of the notification URLs runs beside the tool listing; either
+        # failing ends the session before any model call.
+        checked = asyncio.create_task(session.notifier.check()) if state.runs == 1 else None
+        problem = await self._list_tools() if not state.specs else None
+        problem = problem or (await checked if checked is not None else None)
+        if problem:
+            session.finish("failed", error=problem)
+            return
         while True:
             if not state.idle:
                 ended = await self._run_with_limits()
@@ -244,6 +242,23 @@ class AgentWorkflow:
                 raise HandOver()
             if not await self._wait_for_input():
                 return
+
+    async def _list_tools(self) -> str | None:
+        """Record the session's tools (the worker's, its MCP servers', its sub-agents'); why it cannot, or None."""
+        session = self.session
+        try:
+            session.state.specs = (
+                await describe_tools(session) + await list_mcp_tools(session) + subagent_specs(session)
+            )
+        except (ActivityError, ApplicationError) as err:  # a local activity's failure may come bare
+            why = describe_failure(err, "listing the tools")
+            return f"cannot start: {why} (after {DESCRIBE_TOOLS_ATTEMPTS} attempts)"
+        if session.input.output_schema is not None:  # the answer's own tool, in place of any namesake
+            session.state.specs = [
+                *(s for s in session.state.specs if s.name != FINAL_ANSWER),
+                answer_spec(session.input.output_schema),
+            ]
+        return None
 
     async def _wait_for_input(self) -> bool:
         """Wait idle for the next message; False when the session ended meanwhile."""
@@ -363,6 +378,7 @@ class AgentWorkflow:
         state = self.session.state
         self.stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self.session.notifier.started()  # their deliveries go on in their own workflows
         self.session.view.publish(ContinuedAsNew(run=state.runs + 1, steps=state.steps))
         state.stream_state = self.stream.get_state()
         workflow.continue_as_new(self.session.input.model_copy(update={"state": state}))

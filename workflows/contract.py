@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from activities.wire import ContentBlock, DocumentBlock, ImageBlock, Message, StoredSource, Usage
 from infra.model_names import DEFAULT_MODEL
 from workflows.records import CallStatus as CallStatus  # a wire type, re-exported
-from workflows.records import PendingApproval, RunStatus, ToolCallRecord, TraceTurn
+from workflows.records import Notifications, PendingApproval, RunStatus, ToolCallRecord, TraceTurn
 from workflows.state import SessionState
 
 FINAL_STATUSES = ("completed", "stopped", "failed", "cancelled")
@@ -153,6 +153,9 @@ class SessionInput(BaseModel):
     output_schema: dict[str, Any] | None = None
     # Files for the goal's message, by reference (sent as image, document or text blocks).
     attachments: list[Attachment] = Field(default_factory=list)
+    # URLs told when a call waits for approval, the session waits for an event, and it
+    # ends (workflows/notify.py); each starts with a prefix in AGENT_NOTIFY_ALLOW.
+    notify: list[str] = Field(default_factory=list, max_length=10)
     # The session's state: filled in by the session itself when it continues as new, or
     # by `fork` with the state of another session after one of its steps.
     state: SessionState | None = None
@@ -228,6 +231,8 @@ class SessionStatus(BaseModel):
     # Temporal Cloud's billable actions the session caused so far, its sub-agents' included
     # (workflows/metering.py); the query that reads this is one more.
     temporal_actions: int = 0
+    # Notifications delivered, failed (abandoned) and still pending (workflows/notify.py).
+    notifications: Notifications = Field(default_factory=Notifications)
 
 
 class SessionHistory(BaseModel):

@@ -1,5 +1,6 @@
 """The worker's workflow interceptors: `Metering` counts the signals and updates a session
-takes (workflows/metering.py), `HeartbeatTimeout` is `worker.py --heartbeat-timeout`.
+takes (workflows/metering.py), `HeartbeatTimeout` is `worker.py --heartbeat-timeout`,
+`NotifyRetry` is the worker's `AGENT_NOTIFY_RETRY`.
 
 `worker.build_worker` installs them; they are apart from the workflow's own modules so
 that a client importing the workflow does not import the SDK's worker.
@@ -12,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.worker import (
     HandleSignalInput,
     HandleUpdateInput,
@@ -25,7 +27,7 @@ from temporalio.workflow import ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
     from workflows.metering import Meter
-    from workflows.options import HEARTBEATING
+    from workflows.options import HEARTBEATING, notify_retry
 
 
 # ---- signals and updates -----------------------------------------------------------------
@@ -88,4 +90,38 @@ class _WithHeartbeatTimeout(WorkflowOutboundInterceptor):
     def start_activity(self, input: StartActivityInput) -> ActivityHandle[Any]:
         if input.activity in HEARTBEATING and input.heartbeat_timeout is None:
             input = dataclasses.replace(input, heartbeat_timeout=self._timeout)
+        return super().start_activity(input)
+
+
+# ---- the worker's AGENT_NOTIFY_RETRY -------------------------------------------------------
+
+
+class NotifyRetry(Interceptor):
+    """Gives notification deliveries this worker's retry schedule (first retry, longest
+    wait, give up; seconds) when a notification workflow schedules them. Like the heartbeat
+    timeout, a retry policy is not part of a history's determinism."""
+
+    def __init__(self, schedule: tuple[float, float, float]) -> None:
+        self.policy = notify_retry(*schedule)
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        policy = self.policy
+
+        class _Inbound(WorkflowInboundInterceptor):
+            def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+                super().init(_WithNotifyRetry(outbound, policy))
+
+        return _Inbound
+
+
+class _WithNotifyRetry(WorkflowOutboundInterceptor):
+    def __init__(self, next: WorkflowOutboundInterceptor, policy: RetryPolicy) -> None:
+        super().__init__(next)
+        self._policy = policy
+
+    def start_activity(self, input: StartActivityInput) -> ActivityHandle[Any]:
+        if input.activity == "deliver_notification":
+            input = dataclasses.replace(input, retry_policy=self._policy)
         return super().start_activity(input)

@@ -32,6 +32,10 @@ Counted, by Cloud's rules:
   stream's signal and update as well as the session's own).
 - **search-attribute upserts**: 1 each (workflows/view.py).
 - **child sessions**: 2 each, at their start.
+- **notifications** (workflows/notify.py): 2 for each notification workflow's start, then
+  its delivery attempts when it tells the session its outcome (the signal is counted as
+  any other); a notification still delivering when the session closed has its attempts
+  added by `sessions.control.status`, from its result.
 
 Not counted, because the workflow cannot know them: rejected updates (a rejection leaves
 nothing in history, so a replay would not count it again; the server's `action` metric

@@ -48,6 +48,14 @@ DESCRIBE_TOOLS_ATTEMPTS = 3
 DESCRIBE_TOOLS_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_attempts=DESCRIBE_TOOLS_ATTEMPTS
 )
+# A notification's delivery to one URL: the first retry after 5 s, the waits doubling up
+# to 10 minutes, no attempt starting more than an hour after the first (12 attempts, the
+# last at about 51 minutes); then it is abandoned. The worker's `AGENT_NOTIFY_RETRY`
+# changes the schedule (`NotifyRetry` in workflows/interceptors.py applies it).
+NOTIFY_SCHEDULE = (5.0, 600.0, 3600.0)  # first retry, longest wait, give up: seconds
+NOTIFY_ATTEMPT_TIMEOUT = timedelta(seconds=30)  # one POST (the client's own timeout is 10 s)
+# The receiver refused the notification (a 4xx other than 408, 425, 429): not retried.
+NOTIFY_REFUSED = "NotificationRefused"
 
 
 class ActivityOptions(TypedDict, total=False):
@@ -133,6 +141,40 @@ def subagent() -> ChildOptions:
     """A sub-agent's session: no timeout or retry of its own (its limits, capped by the
     parent's, bound it); the parent's end cancels it."""
     return ChildOptions(parent_close_policy=ParentClosePolicy.REQUEST_CANCEL)
+
+
+# ---- notifications -------------------------------------------------------------------------
+
+
+def notify_retry(first: float, longest: float, give_up: float) -> RetryPolicy:
+    """Retries waiting `first` seconds, doubling to `longest`, while an attempt would start
+    at most `give_up` seconds after the first: a bounded number of attempts, so the
+    delivery's failure tells how many there were."""
+    attempts, at, wait = 1, 0.0, first
+    while at + wait <= give_up:
+        at, attempts, wait = at + wait, attempts + 1, min(wait * 2, longest)
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=first),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=longest),
+        maximum_attempts=attempts,
+        non_retryable_error_types=[NOTIFY_REFUSED],
+    )
+
+
+def deliver_notification(schedule: tuple[float, float, float] = NOTIFY_SCHEDULE) -> ActivityOptions:
+    return ActivityOptions(
+        start_to_close_timeout=NOTIFY_ATTEMPT_TIMEOUT, retry_policy=notify_retry(*schedule)
+    )
+
+
+def check_notify() -> ActivityOptions:
+    return ActivityOptions(start_to_close_timeout=LOCAL_TIMEOUT, retry_policy=DESCRIBE_TOOLS_RETRY)
+
+
+def notification() -> ChildOptions:
+    """A notification's own workflow: it goes on delivering when the session continues as new or ends."""
+    return ChildOptions(parent_close_policy=ParentClosePolicy.ABANDON)
 
 
 def attempts(options: ActivityOptions | LocalActivityOptions) -> int:

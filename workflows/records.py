@@ -28,6 +28,15 @@ CallStatus = Literal[
 ]
 
 
+class Notifications(BaseModel):
+    """What became of the session's notifications (workflows/notify.py), counted by URL."""
+
+    delivered: int = 0
+    failed: int = 0  # abandoned: refused by the receiver, or retried until the schedule gave up
+    # The notification workflows (SESSION.notify-N) whose outcome is not counted yet.
+    pending: list[str] = Field(default_factory=list)
+
+
 class PendingApproval(BaseModel):
     tool_use_id: str
     name: str

@@ -6,7 +6,7 @@ it). How a run ends or is handed over, and failure descriptions, live here too.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio import workflow
@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.contract import RunStatus, SessionInput
     from workflows.events import SessionEnded
     from workflows.metering import Meter
+    from workflows.notify import Notifier
     from workflows.state import SessionState
     from workflows.view import SessionView
 
@@ -27,6 +28,10 @@ class Session:
     state: SessionState
     view: SessionView
     meter: Meter  # the billable actions it causes
+    notifier: Notifier = field(init=False)  # tells its `notify` URLs (workflows/notify.py)
+
+    def __post_init__(self) -> None:
+        self.notifier = Notifier(self.id, self.input, self.state, self.meter)
 
     def finish(self, status: RunStatus, stop_reason: str | None = None, error: str | None = None) -> None:
         """End the session with a status; the first end counts."""

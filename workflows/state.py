@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from activities.wire import ContentBlock, Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock, Usage
-from workflows.records import PendingApproval, RunStatus, ToolCallRecord, TraceTurn
+from workflows.records import Notifications, PendingApproval, RunStatus, ToolCallRecord, TraceTurn
 
 # Tool call statuses after which a call has its result.
 SETTLED = ("done", "error", "denied", "cancelled", "not_run", "unknown")
@@ -65,6 +65,9 @@ class SessionState(BaseModel):
     output: Any = None
     has_output: bool = False
     invalid_answers: int = 0
+    # Notifications sent (they are numbered SESSION.notify-1, -2, ...) and their outcomes.
+    notifications_sent: int = 0
+    notifications: Notifications = Field(default_factory=Notifications)
 
     @field_validator("calls", mode="before")
     @classmethod

@@ -151,7 +151,11 @@ class SubAgents:
         """A running child said what it waits for (news from an ended child is dropped)."""
         if update.session_id not in self._running:
             return
+        known = {p.tool_use_id for p in self.state.child_approvals.get(update.session_id, [])}
         self.state.child_approvals[update.session_id] = update.pending
+        for pending in update.pending:
+            if pending.tool_use_id not in known:
+                self.session.notifier.approval_requested(pending)
         self.session.view.changed()
 
     def tell_parent(self) -> None:

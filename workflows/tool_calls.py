@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.contract import CallStatus, ToolCallRecord
     from workflows.events import ApprovalRequested, ToolCallEnded, ToolCallStarted
     from workflows.metering import current_task, history_length
+    from workflows.records import PendingApproval
     from workflows.session import HandOver, Session, describe_failure, error_type, short, was_cancelled
     from workflows.state import SETTLED
     from workflows.subagents import SubAgents
@@ -118,6 +119,9 @@ class ToolRunner:
             self.session.view.changed()
             self.session.view.publish(
                 ApprovalRequested(tool_use_id=call.tool_use_id, name=call.name, input=call.input)
+            )
+            self.session.notifier.approval_requested(
+                PendingApproval(tool_use_id=call.tool_use_id, name=call.name, input=call.input)
             )
         with spans.approval_span(self.session, call):
             await self._wait_for_decision(call)

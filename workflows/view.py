@@ -166,6 +166,7 @@ class SessionView:
             parent_session_id=self.input.parent.session_id if self.input.parent else None,
             forked_from=self.input.forked_from,
             temporal_actions=state.temporal_actions,
+            notifications=state.notifications.model_copy(deep=True),
         )
 
     def history(self) -> SessionHistory:
