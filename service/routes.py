@@ -7,6 +7,7 @@ with the workflow's typed update references, like the command line.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -68,7 +69,8 @@ async def _session_input(body: schemas.StartSession, user: User, owned: Owners) 
         "output_schema": body.output_schema,
         "notify": body.notify,
     }  # fmt: skip
-    try:
+
+    def resolve() -> SessionInput:
         attachments = [
             start_input.NewAttachment(
                 name=a.name, data=decode_base64(a.name, a.data), media_type=a.media_type
@@ -78,6 +80,10 @@ async def _session_input(body: schemas.StartSession, user: User, owned: Owners) 
         return start_input.resolve(
             goal=body.goal, agent=body.agent, limits=limits, fields=fields, attachments=attachments
         )
+
+    try:
+        # Decoding and storing files (up to the body's 48 MB) runs beside the event loop.
+        return await asyncio.to_thread(resolve) if body.attachments else resolve()
     except AttachmentError as err:
         raise InvalidInput(str(err)) from None
     except BadRequest as err:
