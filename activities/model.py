@@ -153,7 +153,9 @@ class ModelActivities:
                 break  # nothing more can be left out
             sent = fitted.messages
             try:
-                return await provider.complete(_call(request, model, sent), deltas.on_text), fitted
+                return await provider.complete(
+                    _call(request, model, sent), deltas.on_text, deltas.on_thinking
+                ), fitted
             except Exception as err:
                 too_long = provider.classify(err)
                 if too_long.type != PROMPT_TOO_LONG:
@@ -230,6 +232,7 @@ def _call(request: ModelRequest, model: str, messages: Messages) -> ProviderCall
         messages=messages,
         stream=request.stream,
         headers=_session_headers(request),
+        settings=request.settings,
     )
 
 

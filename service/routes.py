@@ -66,7 +66,10 @@ async def _session_input(body: schemas.StartSession, user: User, owned: Owners) 
         "search_attributes": await owned.has_search_attributes(),
     }  # fmt: skip
     try:
-        return start_input.resolve(goal=body.goal, agent=body.agent, limits=limits, fields=fields)
+        settings = {k: getattr(body, k) for k in start_input.SETTING_FIELDS}
+        return start_input.resolve(
+            goal=body.goal, agent=body.agent, limits=limits, fields=fields, settings=settings
+        )
     except BadRequest as err:
         raise InvalidInput(str(err)) from None
     except ValidationError as err:

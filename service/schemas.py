@@ -3,7 +3,7 @@ silently as a default."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +27,15 @@ class StartSession(Body):
     cost_budget: float | None = Field(default=None, gt=0, description="USD")
     timeout: float | None = Field(default=None, gt=0, description="seconds")
     chat: bool = False
+    thinking_budget: int | Literal["adaptive"] | None = Field(
+        default=None, description="extended thinking: tokens (1024 or more, below max_tokens) or adaptive"
+    )
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    stop_sequences: list[str] | None = Field(default=None, description="stop when the model writes one")
+    tool_choice: str | None = Field(
+        default=None, description="the first model call of each run: auto, any, none or a tool name"
+    )
 
 
 class Approve(Body):

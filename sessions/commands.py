@@ -82,8 +82,17 @@ async def resolve_start(client: Client, args: argparse.Namespace) -> SessionInpu
         "idle_timeout_seconds": args.idle_timeout,
         "search_attributes": await control.has_search_attributes(client),
     }
+    settings = {
+        "thinking_budget": args.thinking_budget,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "stop_sequences": args.stop_sequences,
+        "tool_choice": args.tool_choice,
+    }
     try:
-        return start_input.resolve(goal=goal, agent=args.agent, limits=limits, fields=fields)
+        return start_input.resolve(
+            goal=goal, agent=args.agent, limits=limits, fields=fields, settings=settings
+        )
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
 

@@ -213,6 +213,9 @@ class AgentWorkflow:
                     "failed", error=f"cannot start: {why} (after {DESCRIBE_TOOLS_ATTEMPTS} attempts)"
                 )
                 return
+        if problem := self._check_tool_choice():
+            session.finish("failed", error=problem)
+            return
         while True:
             if not state.idle:
                 ended = await self._run_with_limits()
@@ -260,6 +263,19 @@ class AgentWorkflow:
         input = self.session.input
         if input.limits.cost_budget_usd is not None and input.price is None:
             return f"a cost budget needs prices for model {input.model!r}, and there are none"
+        return None
+
+    def _check_tool_choice(self) -> str | None:
+        """A tool choice the session's tools cannot meet (the start checks it when it can)."""
+        settings, specs = self.session.input.model_settings, self.session.state.specs
+        choice = settings.tool_choice if settings is not None else None
+        if choice in (None, "auto", "none"):
+            return None
+        names = [s.name for s in specs]
+        if choice == "any" and not names:
+            return "tool_choice 'any' needs a tool, and the session has none"
+        if choice != "any" and choice not in names:
+            return f"tool_choice {choice!r} is not one of the session's tools ({', '.join(names) or 'none'})"
         return None
 
     async def _run_with_limits(self) -> Finished:
