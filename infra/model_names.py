@@ -35,7 +35,8 @@ _CLAUDE = re.compile(
     r"claude-(?:(?:opus|sonnet|haiku)-(\d+)(?:-(\d))?|(\d+)(?:-(\d))?-(?:opus|sonnet|haiku))(?:-\d{8})?(?:[-@].*)?"
 )
 FIRST_ADAPTIVE = (4, 6)  # Claude 4.6 takes adaptive thinking (and still a budget)
-ONLY_ADAPTIVE = (4, 7)  # from Claude 4.7 on, adaptive thinking only: a budget is refused
+# From Claude 4.7 on: adaptive thinking only (a budget is refused), and no sampling settings.
+ONLY_ADAPTIVE = (4, 7)
 ONE_OF_TEMPERATURE_AND_TOP_P = (4, 5)  # from Claude 4.5 on, temperature or top_p, not both
 
 
@@ -61,6 +62,11 @@ def takes_adaptive_thinking(model: str) -> bool:
 def takes_only_adaptive_thinking(model: str) -> bool:
     version = claude_version(model)
     return version is not None and version >= ONLY_ADAPTIVE
+
+
+def refuses_sampling(model: str) -> bool:
+    """Whether the model refuses `temperature` and `top_p` altogether."""
+    return takes_only_adaptive_thinking(model)
 
 
 def refuses_temperature_with_top_p(model: str) -> bool:

@@ -24,7 +24,7 @@ from activities.providers import split
 from activities.wire import MIN_THINKING_BUDGET, TOOL_CHOICE_WORDS
 from infra.definitions import AgentDefinition, DefinitionError, Definitions, load_definitions
 from infra.errors import BadRequest
-from infra.model_names import DEFAULT_PROVIDER, refuses_temperature_with_top_p, split_prefix
+from infra.model_names import DEFAULT_PROVIDER, refuses_sampling, refuses_temperature_with_top_p, split_prefix
 from sessions.pricing import PRICES, price_for
 from workflows.contract import (
     DEFAULT_MODEL,
@@ -192,6 +192,8 @@ def check_settings(settings: ModelSettings, model: str, max_tokens: int) -> None
                 f"thinking cannot be on with tool_choice {settings.tool_choice!r}, which forces a tool call: "
                 "use auto or none"
             )
+    if (temperature is not None or top_p is not None) and refuses_sampling(model):
+        raise BadRequest(f"model {model} takes no temperature or top_p")
     if temperature is not None and top_p is not None and refuses_temperature_with_top_p(model):
         raise BadRequest(f"model {model} takes temperature or top_p, not both")
     if provider == "openai" and len(settings.stop_sequences) > OPENAI_MAX_STOP_SEQUENCES:

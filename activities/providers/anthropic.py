@@ -10,6 +10,7 @@ go back exactly as they came, in place.
 
 Model settings: `thinking_budget` N is `{"type": "enabled", "budget_tokens": N}`, or
 `{"type": "adaptive"}` on models that take only adaptive thinking (Claude 4.7 and later);
+`temperature` and `top_p` go in the body (this SDK has no keyword for them);
 "adaptive" is `{"type": "adaptive"}` on models that take it (Claude 4.6 and later), and on
 older ones a budget of half of `max_tokens` (at least 1024). `tool_choice` is sent only
 with tools (the API refuses it without).
@@ -98,7 +99,8 @@ class AnthropicProvider:
         """The prompt's size as the API counts it, or None if it cannot say."""
         try:
             params = build_params(call)
-            params.pop("max_tokens", None)
+            for unknown in ("max_tokens", "stop_sequences", "extra_body"):  # not the counting endpoint's
+                params.pop(unknown, None)
             counted = await self.client().messages.count_tokens(**params, extra_headers=call.headers)
             return counted.input_tokens
         except Exception:  # counting is an optimisation; the estimate stands
@@ -134,10 +136,10 @@ def settings_params(settings: ModelSettings, model: str, max_tokens: int, has_to
     params: dict[str, Any] = {}
     if settings.thinking_budget is not None:
         params["thinking"] = thinking(settings.thinking_budget, model, max_tokens)
-    if settings.temperature is not None:
-        params["temperature"] = settings.temperature
-    if settings.top_p is not None:
-        params["top_p"] = settings.top_p
+    # The SDK (1.0 on) has no keyword for them; the API takes them in the body.
+    sampling = {"temperature": settings.temperature, "top_p": settings.top_p}
+    if sampling := {k: v for k, v in sampling.items() if v is not None}:
+        params["extra_body"] = sampling
     if settings.stop_sequences:
         params["stop_sequences"] = list(settings.stop_sequences)
     choice = settings.tool_choice

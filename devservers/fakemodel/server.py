@@ -31,7 +31,7 @@ least 1024 and below `max_tokens`, on models before Claude 4.7; `{"type": "adapt
 Claude 4.6 and later), `temperature` (0 to 1; only 1 with thinking), `top_p` (0 to 1; at
 least 0.95 with thinking; not with `temperature` on Claude 4.5 and later), `tool_choice`
 (auto, any, none or a tool the request has; only with tools; not any or a tool with
-thinking), `stop_sequences`. Thinking blocks in the request must carry the signature this
+thinking), `stop_sequences`; Claude 4.7 and later take no `temperature` or `top_p`. Thinking blocks in the request must carry the signature this
 server gave them (an altered block is refused), and with thinking on, a request that
 continues a tool loop must send back the turn's first assistant message starting with its
 thinking block. A turn with `"thinking": "..."` (or `"redacted_thinking": true`) answers
@@ -77,6 +77,7 @@ from typing import Any, Self
 from urllib.parse import parse_qs, urlparse
 
 from infra.model_names import (
+    refuses_sampling,
     refuses_temperature_with_top_p,
     takes_adaptive_thinking,
     takes_only_adaptive_thinking,
@@ -144,6 +145,12 @@ def settings_refusal(body: dict[str, Any]) -> str | None:
             return f"thinking.type: unknown type {kind!r}"
     on = thinking_on(body)
     temperature, top_p = body.get("temperature"), body.get("top_p")
+    if (temperature is not None or top_p is not None) and refuses_sampling(model):
+        return (
+            "`temperature` is deprecated for this model."
+            if temperature is not None
+            else "`top_p` is deprecated for this model."
+        )
     if temperature is not None and not 0 <= temperature <= 1:
         return "temperature: Input should be less than or equal to 1"
     if top_p is not None and not 0 <= top_p <= 1:
