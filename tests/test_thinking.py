@@ -453,3 +453,29 @@ def test_a_state_recorded_without_thinking_types_reads_the_same():
     assert state.messages[1].model_dump(mode="json", exclude_none=True) == raw
     assert state.messages[1].thinking() == "t"
     assert Limits().max_tokens > 1024
+
+
+async def test_start_refuses_a_setting_with_one_line_and_records_what_it_allows(
+    harness: Harness, tmp_path: Path
+):
+    from tests.test_agents import cli
+
+    empty = tmp_path / "agents.toml"
+    empty.write_text("")
+    code, out, err = await cli(harness, "start", "g", "--thinking-budget", "4096", definitions=empty)
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "thinking_budget (4096) must be below max_tokens (4096)" in err
+    code, _, err = await cli(harness, "start", "g", "--thinking-budget", "lots", definitions=empty)
+    assert code == 1 and "neither a number of tokens nor 'adaptive'" in err, err
+    session_id = f"cli-{uuid.uuid4().hex[:8]}"
+    harness.script(session_id, [answer("fine")])
+    code, out, err = await cli(
+        harness, "start", "g", "--session", session_id, "--thinking-budget", "adaptive", "--top-p", "0.97",
+        "--stop-sequence", "A", "--stop-sequence", "B", "--tool-choice", "none", "--wait", definitions=empty,
+    )  # fmt: skip
+    assert code == 0, err
+    recorded = await harness.client.get_workflow_handle(session_id).fetch_history()
+    first = recorded.events[0].workflow_execution_started_event_attributes.input.payloads[0].data
+    assert SessionInput.model_validate_json(first).model_settings == ModelSettings(
+        thinking_budget="adaptive", top_p=0.97, stop_sequences=["A", "B"], tool_choice="none"
+    )
