@@ -176,6 +176,8 @@ async def fork(client: Client, args: argparse.Namespace) -> int:
     started, _ = await control.start_input(client, source)
     if args.model is not None:
         start_input.check_model(args.model)
+        if started.model_settings is not None:  # what the source runs with, against the new model
+            start_input.check_settings(started.model_settings, args.model, started.limits.max_tokens)
         started = started.model_copy(update={"model": args.model, "price": price_for(args.model)})
     session_input = forked_input(started, args.session, state, args.at_step, args.message)
     session_id = args.new_session or f"{args.session}.fork-{uuid.uuid4().hex[:6]}"

@@ -383,22 +383,44 @@ def _thinking_answer() -> tuple[dict[str, Any], str]:
 
 
 async def test_watch_json_gets_thinking_as_thinking_delta_never_as_answer_text(harness: Harness):
+    from tests.test_watch import EMAIL
+
     turn, thought = _thinking_answer()
-    handle = await harness.start([turn], model_settings=settings(thinking_budget="adaptive"))
+    # The first step waits for approval: the watch is following before the thinking streams.
+    handle = await harness.start(
+        [
+            {
+                "thinking": "An email first.",
+                "tool_calls": [{"name": "send_email", "input": EMAIL, "id": "e1"}],
+            },
+            turn,
+        ],
+        model_settings=settings(thinking_budget="adaptive"),
+    )
     process = await asyncio.create_subprocess_exec(
         sys.executable, "client.py", "watch", handle.id, "--json", cwd=ROOT, env=cli_env(harness),
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
-    out, err = await asyncio.wait_for(process.communicate(), 90)
-    assert await process.wait() == 0, err.decode()
-    events = [json.loads(line) for line in out.decode().splitlines()]
+    assert process.stdout is not None
+    events: list[dict[str, Any]] = []
+    try:
+        while not events or events[-1]["type"] != "approval":
+            events.append(json.loads(await asyncio.wait_for(process.stdout.readline(), 60)))
+        await handle.execute_update("approve_call", {"tool_use_id": "e1"})
+        while events[-1]["type"] != "end":
+            events.append(json.loads(await asyncio.wait_for(process.stdout.readline(), 60)))
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
     thinking = [e for e in events if e["type"] == "thinking_delta"]
     text = [e for e in events if e["type"] == "delta"]
-    assert thinking and all(e["offset"] is None and e["step"] == 1 for e in thinking)
+    assert thinking and all(e["offset"] is None and e["step"] == 2 for e in thinking)
     assert "".join(e["text"] for e in thinking) == thought
     assert "".join(e["text"] for e in text) in ("", "The answer.")
-    turn_event = next(e for e in events if e["type"] == "turn")
-    assert turn_event["text"] == "The answer."
+    turn_event = next(e for e in events if e["type"] == "turn" and e["step"] == 2)
+    assert turn_event["text"] == "The answer." and events[-1]["answer"] == "The answer."
 
 
 @pytest_asyncio.fixture
@@ -479,3 +501,17 @@ async def test_start_refuses_a_setting_with_one_line_and_records_what_it_allows(
     assert SessionInput.model_validate_json(first).model_settings == ModelSettings(
         thinking_budget="adaptive", top_p=0.97, stop_sequences=["A", "B"], tool_choice="none"
     )
+
+
+def test_watch_shows_the_thinking_dimmed_before_the_text():
+    from sessions.watch import _Streaming
+
+    streaming = _Streaming()
+    streaming.step, streaming.attempt = 1, 1
+    streaming.thinking, streaming.text = "hmm, the time", "It is noon."
+    shown = streaming._render()  # pyright: ignore[reportPrivateUsage]
+    plain = shown.plain
+    assert plain.index("hmm, the time") < plain.index("It is noon.")
+    dimmed = [plain[span.start : span.end] for span in shown.spans if "dim" in str(span.style)]
+    assert any("hmm, the time" in part for part in dimmed)
+    assert not any("It is noon." in part for part in dimmed)
