@@ -22,12 +22,15 @@ from temporalio.client import Client
 
 from activities.context import cut_points, fit
 from activities.providers.anthropic import adaptive_budget, thinking
+from activities.providers.base import ProviderCall
+from activities.providers.openai import OpenAIProvider
 from activities.providers.openai_format import reasoning_effort
-from devservers.fakemodel import FakeModelServer
+from devservers.fakemodel import FakeChatServer, FakeModelServer
 from devservers.fakemodel.server import sign
 from infra.errors import BadRequest
 from sessions import start_input
 from sessions.fork import forked_input
+from sessions.pricing import price_for
 from tests.conftest import ROOT, Harness, answer
 from tests.support.api import ApiProcess, collect_events, serve_api
 from tests.test_openai_provider import ChatHarness, chat, fake_chat  # noqa: F401  (fixtures)
@@ -248,9 +251,12 @@ async def test_thinking_goes_back_exactly_in_place_through_tool_turns_and_counts
         thinking_turn("Second thoughts.", redacted_thinking="hidden", usage={"output_tokens": 300}),
         thinking_turn("Now I can answer.", tool=False, text="It is noon.", usage={"output_tokens": 90}),
     ]
+    price = price_for("claude-sonnet-4-6")  # one price for every model here: the cost is the point
+    assert price is not None
     status = await harness.run(
-        turns, model=model, model_settings=settings(thinking_budget=budget), limits={"max_tokens": 4096}
-    )
+        turns, model=model, model_settings=settings(thinking_budget=budget), limits={"max_tokens": 4096},
+        price=price,
+    )  # fmt: skip
     assert status.status == "completed", status.error
     assert status.answer == "It is noon."
     requests = [r["body"] for r in harness.requests(status.session_id)]
@@ -269,8 +275,8 @@ async def test_thinking_goes_back_exactly_in_place_through_tool_turns_and_counts
     # Thinking tokens are output tokens: the usage and the cost count them.
     assert status.usage.output_tokens == 700 + 300 + 90
     assert history.trace[0].usage.output_tokens == 700
-    if status.cost_usd is not None:
-        assert status.cost_usd == pytest.approx(sum(t.cost_usd or 0 for t in history.trace))
+    assert status.cost_usd == pytest.approx(price.cost(status.usage))
+    assert (status.cost_usd or 0) > price.cost(status.usage.model_copy(update={"output_tokens": 0}))
 
 
 def _without_cache(message: dict[str, Any]) -> dict[str, Any]:
@@ -515,3 +521,31 @@ def test_watch_shows_the_thinking_dimmed_before_the_text():
     dimmed = [plain[span.start : span.end] for span in shown.spans if "dim" in str(span.style)]
     assert any("hmm, the time" in part for part in dimmed)
     assert not any("It is noon." in part for part in dimmed)
+
+
+async def test_reasoning_an_openai_compatible_server_streams_is_thinking_and_is_not_kept(
+    fake_chat: FakeChatServer,
+):
+    import openai
+
+    provider = OpenAIProvider(
+        client=openai.AsyncOpenAI(base_url=fake_chat.base_url, api_key="t", max_retries=0)
+    )
+    session = f"reason-{uuid.uuid4().hex[:6]}"
+    fake_chat.script.set(session, [{"reasoning": "step one, step two", "text": "two"}])
+    thought: list[str] = []
+    text: list[str] = []
+
+    async def on_text(piece: str) -> None:
+        text.append(piece)
+
+    async def on_thinking(piece: str) -> None:
+        thought.append(piece)
+
+    call = ProviderCall(
+        model="gpt-test", system="", max_tokens=100, tools=[], stream=True, headers={"x-agent-session": session},
+        messages=[{"role": "user", "content": [{"type": "text", "text": "count"}]}],
+    )  # fmt: skip
+    turn = await provider.complete(call, on_text, on_thinking)
+    assert "".join(thought) == "step one, step two" and "".join(text) == "two"
+    assert [b.type for b in turn.message.content] == ["text"] and turn.message.text() == "two"

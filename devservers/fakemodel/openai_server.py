@@ -10,7 +10,8 @@ API fake's script store, faults, request log and control endpoints (see
      "finish_reason": "stop", "usage": {"prompt_tokens": 10, "completion_tokens": 5,
      "prompt_tokens_details": {"cached_tokens": 4}}, "delay": 0.5, "chunk_delay": 0.1}
 
-with `usage` and `finish_reason` in this API's own spelling, and `"arguments": "..."` on
+with `usage` and `finish_reason` in this API's own spelling, `"reasoning": "..."` streamed
+first as `reasoning_content` deltas (as vLLM and DeepSeek stream their reasoning), and `"arguments": "..."` on
 a tool call to send those argument characters as they are (malformed JSON included).
 Faults are the same (`status` with `headers`, `code` and `message`; `drop`, `drop_mid`,
 `stall`, `cut_stream` (the stream ends before its finish_reason and `[DONE]`),
@@ -232,6 +233,8 @@ class ChatHandler(Handler):
             self.wfile.write(b'data: {"id": "chatcmpl-x", "choices": [\n\n')
             self.wfile.flush()
             return
+        for piece in _chunks(turn["reasoning"]) if turn.get("reasoning") else []:
+            self._chunk(completion, {"reasoning_content": piece})  # as vLLM and DeepSeek stream it
         for piece in _chunks(message["content"] or "") if message["content"] else []:
             self._chunk(completion, {"content": piece})
             if turn.get("chunk_delay"):
