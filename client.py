@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from infra.arguments import json_object, positive_float, positive_int
+from infra.arguments import json_object, non_negative_float, positive_float, positive_int, thinking_budget
 from infra.errors import AgentError, Rejected, SessionNotFound
 from infra.model_names import DEFAULT_MODEL
 
@@ -75,6 +75,20 @@ def add_session_flags(command: argparse.ArgumentParser) -> None:
         "--notify", action="append", metavar="URL",
         help="POST a signed JSON notification here when a call waits for approval, the session waits "
              "for an event, and it ends (repeatable; allowed by AGENT_NOTIFY_ALLOW)",
+    )  # fmt: skip
+    command.add_argument(
+        "--thinking-budget", type=thinking_budget, metavar="N|adaptive",
+        help="extended thinking: a budget of tokens (1024 or more, below --max-tokens) or adaptive",
+    )  # fmt: skip
+    command.add_argument("--temperature", type=non_negative_float, help="sampling temperature")
+    command.add_argument("--top-p", type=non_negative_float, help="nucleus sampling: top_p")
+    command.add_argument(
+        "--stop-sequence", action="append", dest="stop_sequences", metavar="TEXT",
+        help="stop when the model writes this (repeatable)",
+    )  # fmt: skip
+    command.add_argument(
+        "--tool-choice", metavar="auto|any|none|TOOL",
+        help="the first model call of each run: auto, any (some tool), none, or the tool named",
     )  # fmt: skip
 
 

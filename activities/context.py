@@ -6,7 +6,9 @@ added to the first message. The cut moves in jumps of about half the budget rath
 one message per step, so the kept prefix stays the same for many steps and the
 provider's prompt cache keeps serving it. The kept tail always starts with an assistant
 message, so a `tool_result` never loses the `tool_use` it answers and roles still
-alternate. Token counts are estimated at 3.5 characters of JSON per token (Anthropic's
+alternate; and never an assistant message of a turn whose thinking block (in an earlier
+message of the same turn) would be left out, unless it has its own: the API refuses a tool
+call kept without its turn's thinking. Token counts are estimated at 3.5 characters of JSON per token (Anthropic's
 tokenizers average 3.5 to 4 for English and code); near the limit the model activity asks
 the provider's token counting endpoint instead.
 
@@ -112,7 +114,7 @@ def fit(
     total = fixed + sum(sizes)
     if total <= budget or len(messages) < 3:
         return Fitted(list(messages), [], total)
-    starts = [i for i in range(2, len(messages)) if messages[i]["role"] == "assistant"]
+    starts = cut_points(messages)
     if not starts:
         return Fitted(list(messages), [], total)
     tail_sizes = _suffix_sums(sizes)
@@ -133,6 +135,32 @@ def fit(
     first = _with_note(messages[0], omission_note(chosen - 1, summary))
     kept = [first, *messages[chosen:]]
     return Fitted(kept, list(messages[1:chosen]), fixed + estimate_tokens(first) + tail_sizes[chosen])
+
+
+THINKING = ("thinking", "redacted_thinking")
+
+
+def cut_points(messages: list[dict[str, Any]]) -> list[int]:
+    """Where the kept tail may start: an assistant message (after the goal and one more),
+    but not one whose turn thought in an earlier message and that does not think itself."""
+    points: list[int] = []
+    thought = False  # the current turn (since a person's message) has a thinking block
+    for i, message in enumerate(messages):
+        blocks = _blocks(message)
+        if message["role"] != "assistant":
+            if any(b.get("type") != "tool_result" for b in blocks):
+                thought = False  # a person's message opens a new turn
+            continue
+        starts_thinking = bool(blocks) and blocks[0].get("type") in THINKING
+        if i >= 2 and (starts_thinking or not thought):
+            points.append(i)
+        thought = thought or any(b.get("type") in THINKING for b in blocks)
+    return points
+
+
+def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
 def _suffix_sums(sizes: list[int]) -> list[int]:

@@ -3,7 +3,8 @@
 The model activity writes each chunk of the answer's text into `LIVE`, the process's calls
 in progress, keyed by session, step and attempt. The worker's live server (activities/live_server.py)
 reads them out to followers over HTTP: the text so far, then each chunk as it comes, until
-the call ends. Nothing here is a signal, an update or a heartbeat: a step costs the same
+the call ends. The model's thinking, where it streams any, travels the same way as
+`ThinkingDelta`s, never mixed into the answer's text. Nothing here is a signal, an update or a heartbeat: a step costs the same
 in Temporal whether anyone follows it or not, and the finished turn (in history) carries
 the whole text.
 """
@@ -14,7 +15,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from types import TracebackType
 
-from activities.wire import TextDelta
+from activities.wire import TextDelta, ThinkingDelta
+
+TEXT, THINKING = "text", "thinking"
 
 
 class LiveCall:
@@ -22,13 +25,13 @@ class LiveCall:
 
     def __init__(self, session_id: str, step: int, attempt: int):
         self.session_id, self.step, self.attempt = session_id, step, attempt
-        self.chunks: list[str] = []
+        self.chunks: list[tuple[str, str]] = []  # (TEXT or THINKING, the chunk)
         self.ended: str | None = None  # "done" or "failed" once the call has ended
         self._grew = asyncio.Event()
 
-    def write(self, text: str) -> None:
+    def write(self, text: str, kind: str = TEXT) -> None:
         if text:
-            self.chunks.append(text)
+            self.chunks.append((kind, text))
             self._wake()
 
     def end(self, how: str) -> None:
@@ -39,21 +42,37 @@ class LiveCall:
         self._grew.set()
         self._grew = asyncio.Event()
 
-    async def follow(self) -> AsyncIterator[TextDelta]:
-        """The text so far as one delta (if any), then what arrives, until the call ends.
+    async def follow(self, thinking: bool = False) -> AsyncIterator[TextDelta | ThinkingDelta]:
+        """The text so far as one delta (if any), then what arrives, until the call ends;
+        with `thinking`, the thinking too, as deltas of its own.
 
-        Chunks that arrived while the reader was busy come out joined, as one delta."""
+        Chunks of one kind that arrived while the reader was busy come out joined, as one delta."""
         sent = 0
         while True:
             grew = self._grew
             if len(self.chunks) > sent:
-                text = "".join(self.chunks[sent:])
+                new = self.chunks[sent:]
                 sent = len(self.chunks)
-                yield TextDelta(step=self.step, attempt=self.attempt, text=text)
+                for kind, text in _runs(new):
+                    if kind == TEXT:
+                        yield TextDelta(step=self.step, attempt=self.attempt, text=text)
+                    elif thinking:
+                        yield ThinkingDelta(step=self.step, attempt=self.attempt, text=text)
                 continue
             if self.ended is not None:
                 return
             await grew.wait()
+
+
+def _runs(chunks: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Consecutive chunks of one kind joined."""
+    runs: list[tuple[str, str]] = []
+    for kind, text in chunks:
+        if runs and runs[-1][0] == kind:
+            runs[-1] = (kind, runs[-1][1] + text)
+        else:
+            runs.append((kind, text))
+    return runs
 
 
 class LiveCalls:
@@ -117,6 +136,11 @@ class Deltas:
         """Take one chunk of the answer's text."""
         if self._call is not None:
             self._call.write(text)
+
+    async def on_thinking(self, text: str) -> None:
+        """Take one chunk of the model's thinking."""
+        if self._call is not None:
+            self._call.write(text, THINKING)
 
     async def __aenter__(self) -> Deltas:
         self._call = self._calls.open(*self._key)

@@ -7,13 +7,14 @@ follower (sessions/live_text.py) finds the worker running a session's model call
 session's description, which lists the pending `call_model` activity with its attempt and
 `last_worker_identity` (DescribeWorkflowExecution is not a billable action), and reads:
 
-    GET /live/{session_id}[?attempt=N]
+    GET /live/{session_id}[?attempt=N][&thinking=1]
 
 an `application/x-ndjson` stream of the session's latest call on this worker (waiting a
 few seconds for it to begin): first one line with the text so far, then one per chunk as
 it comes, then `{"end": "done"}` or `{"end": "failed"}` when the call ends. 404 when no
 call of that session runs here. Each text line is `{"payload": ...}`: a `TextDelta` (step,
-attempt, text) as a Temporal payload encoded by the worker's data converter, base64, so
+attempt, text), or with `thinking=1` also a `ThinkingDelta` (the model's thinking, the
+same fields), as a Temporal payload encoded by the worker's data converter, base64, so
 the live text is encrypted as the session's history is when payload keys are set
 (infra/codec.py), and a follower decodes it with its own client's converter.
 """
@@ -29,13 +30,16 @@ import socket
 from collections.abc import AsyncIterator, Generator
 from typing import Any
 
+from pydantic import TypeAdapter
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import DataConverter
 from temporalio.worker import Worker
 
 from activities.deltas import LIVE, LiveCalls
-from activities.wire import TextDelta
+from activities.wire import LiveDelta, TextDelta, ThinkingDelta
 from infra.errors import ConfigError
+
+LIVE_DELTAS: TypeAdapter[TextDelta | ThinkingDelta] = TypeAdapter(LiveDelta)
 
 log = logging.getLogger("activities.live_server")
 KEY = "live"  # the identity's token: live=URL
@@ -57,7 +61,7 @@ def live_url(identity: str | None) -> str | None:
     return None
 
 
-async def encode_delta(converter: DataConverter, delta: TextDelta) -> bytes:
+async def encode_delta(converter: DataConverter, delta: TextDelta | ThinkingDelta) -> bytes:
     payloads = converter.payload_converter.to_payloads([delta])
     if converter.payload_codec is not None:
         payloads = await converter.payload_codec.encode(payloads)
@@ -65,15 +69,15 @@ async def encode_delta(converter: DataConverter, delta: TextDelta) -> bytes:
     return json.dumps({"payload": data}).encode() + b"\n"
 
 
-async def decode_line(converter: DataConverter, line: bytes | str) -> TextDelta | str:
-    """One line of the stream: a delta, or how the call ended ("done", "failed")."""
+async def decode_line(converter: DataConverter, line: bytes | str) -> TextDelta | ThinkingDelta | str:
+    """One line of the stream: a delta (of text or thinking), or how the call ended ("done", "failed")."""
     body = json.loads(line)
     if "end" in body:
         return str(body["end"])
     payloads = [Payload.FromString(base64.b64decode(body["payload"]))]
     if converter.payload_codec is not None:
         payloads = await converter.payload_codec.decode(payloads)
-    return converter.payload_converter.from_payloads(payloads, [TextDelta])[0]
+    return LIVE_DELTAS.validate_python(converter.payload_converter.from_payloads(payloads, [dict])[0])
 
 
 def build_app(converter: DataConverter, calls: LiveCalls = LIVE) -> Any:
@@ -89,6 +93,7 @@ def build_app(converter: DataConverter, calls: LiveCalls = LIVE) -> Any:
             attempt = int(request.query_params.get("attempt", "0"))
         except ValueError:
             return JSONResponse({"error": "attempt must be a whole number"}, status_code=400)
+        thinking = request.query_params.get("thinking") == "1"
         call = await calls.wait_for(session_id, attempt, WAIT_FOR_CALL_S)
         if call is None:
             return JSONResponse(
@@ -96,7 +101,7 @@ def build_app(converter: DataConverter, calls: LiveCalls = LIVE) -> Any:
             )
 
         async def lines() -> AsyncIterator[bytes]:
-            async for delta in call.follow():
+            async for delta in call.follow(thinking=thinking):
                 yield await encode_delta(converter, delta)
             yield json.dumps({"end": call.ended}).encode() + b"\n"
 

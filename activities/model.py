@@ -154,7 +154,9 @@ class ModelActivities:
             sent = fitted.messages
             outgoing = await self._with_attachments(sent)
             try:
-                return await provider.complete(_call(request, model, outgoing), deltas.on_text), fitted
+                return await provider.complete(
+                    _call(request, model, outgoing), deltas.on_text, deltas.on_thinking
+                ), fitted
             except Exception as err:
                 too_long = provider.classify(err)
                 if too_long.type != PROMPT_TOO_LONG:
@@ -243,6 +245,7 @@ def _call(request: ModelRequest, model: str, messages: Messages) -> ProviderCall
         messages=messages,
         stream=request.stream,
         headers=_session_headers(request),
+        settings=request.settings,
     )
 
 

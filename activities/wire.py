@@ -69,8 +69,29 @@ class StoredSource(BaseModel):
     pages: int | None = None
 
 
+class ThinkingBlock(BaseModel):
+    """The model's extended thinking, with the signature the API checks when it comes back:
+    kept and sent back exactly as it came, in its place before the turn's tool calls."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str = ""
+
+
+class RedactedThinkingBlock(BaseModel):
+    """Thinking the API sends encrypted (`data`); sent back exactly as it came."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+    data: str
+
+
+THINKING_TYPES = ("thinking", "redacted_thinking")
+
+
 class OtherBlock(BaseModel):
-    """Any block this loop does not act on (thinking, server tools, new types): kept as sent."""
+    """Any block this loop does not act on (server tools, new types): kept as sent."""
 
     model_config = ConfigDict(extra="allow")
     type: str
@@ -80,7 +101,9 @@ def _block_kind(value: Any) -> str:
     kind = (
         cast("dict[str, Any]", value).get("type") if isinstance(value, dict) else getattr(value, "type", None)
     )
-    return kind if kind in ("text", "tool_use", "tool_result", "image", "document") else "other"
+    return (
+        kind if kind in ("text", "tool_use", "tool_result", "image", "document", *THINKING_TYPES) else "other"
+    )
 
 
 ContentBlock = Annotated[
@@ -89,6 +112,8 @@ ContentBlock = Annotated[
     | Annotated[ToolResultBlock, Tag("tool_result")]
     | Annotated[ImageBlock, Tag("image")]
     | Annotated[DocumentBlock, Tag("document")]
+    | Annotated[ThinkingBlock, Tag("thinking")]
+    | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")]
     | Annotated[OtherBlock, Tag("other")],
     Discriminator(_block_kind),
 ]
@@ -103,6 +128,9 @@ class Message(BaseModel):
 
     def tool_uses(self) -> list[ToolUseBlock]:
         return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    def thinking(self) -> str:
+        return "".join(b.thinking for b in self.content if isinstance(b, ThinkingBlock))
 
 
 class Usage(BaseModel):
@@ -162,6 +190,31 @@ def tool_specs_text(specs: list[ToolSpec]) -> tuple[str, str]:
     return text, hashlib.sha256(text.encode()).hexdigest()
 
 
+# `tool_choice`: the model chooses (auto), must call some tool (any), may call none
+# (none), or must call the tool named.
+TOOL_CHOICE_WORDS = ("auto", "any", "none")
+MIN_THINKING_BUDGET = 1024  # the Messages API's least `budget_tokens`
+
+
+class ModelSettings(BaseModel):
+    """How the model samples, as a session's start input records them (None: the
+    provider's default). `tool_choice` applies to the first model call of each run;
+    in a `ModelRequest` it is that call's own (None: auto)."""
+
+    # Extended thinking: a budget of tokens (at least 1024, below max_tokens), or
+    # "adaptive" (the model decides how much to think).
+    thinking_budget: int | Literal["adaptive"] | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    stop_sequences: list[Annotated[str, Field(min_length=1, max_length=1000)]] = Field(
+        default_factory=list, max_length=16
+    )
+    tool_choice: str | None = Field(default=None, min_length=1, max_length=200)
+
+    def is_default(self) -> bool:
+        return self == ModelSettings()
+
+
 class ModelRequest(BaseModel):
     """One model call. The transcript travels by reference; only new messages are inline."""
 
@@ -180,6 +233,8 @@ class ModelRequest(BaseModel):
     stream: bool = True
     context_tokens: int = 200_000
     summarize_dropped: bool = False
+    # Thinking, sampling, stop sequences and this call's tool choice; None: the defaults.
+    settings: ModelSettings | None = None
 
 
 # Why a model response ended, the same for every provider. The workflow acts on these
@@ -221,6 +276,19 @@ class TextDelta(BaseModel):
     step: int
     attempt: int = 1
     text: str
+
+
+class ThinkingDelta(BaseModel):
+    """Streamed thinking text, published like `TextDelta` but never part of the answer."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["thinking_delta"] = "thinking_delta"
+    step: int
+    attempt: int = 1
+    text: str
+
+
+LiveDelta = Annotated[TextDelta | ThinkingDelta, Field(discriminator="type")]
 
 
 class ToolRequest(BaseModel):

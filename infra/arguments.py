@@ -35,3 +35,23 @@ def json_object(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError('must be a JSON object, like {"to": "a@example.com"}')
     return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def thinking_budget(text: str) -> int | str:
+    """A number of tokens, or "adaptive"."""
+    if text == "adaptive":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a number of tokens nor 'adaptive'") from None

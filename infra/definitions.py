@@ -72,6 +72,12 @@ class AgentDefinition(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1, le=128_000)
     model_timeout: float | None = Field(default=None, ge=1, le=3600)
     context_tokens: int | None = Field(default=None, ge=1000)
+    # How the model samples (sessions/start_input.py checks them against the model).
+    thinking_budget: int | Literal["adaptive"] | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    stop_sequences: list[str] | None = None
+    tool_choice: str | None = Field(default=None, min_length=1, max_length=200)
 
     @model_validator(mode="after")
     def _one_schema(self) -> AgentDefinition:

@@ -10,7 +10,8 @@ reconnect within it costs nothing) and forgets its buffer later.
 The model's text comes live from the worker writing it (sessions/live_text.py), once per feed
 too. It is not buffered as events are: the feed keeps the text of the call in progress,
 and a watcher that joins (or reconnects) mid-call first gets it as one delta, then each
-new piece; those deltas have no offset (no SSE `id:`).
+new piece; those deltas have no offset (no SSE `id:`). The model's thinking is kept and
+sent the same way, as `thinking_delta` events, before the text.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class Feed:
         self.items: list[Item] = []
         self.offsets: list[int] = []
         self.ended = False  # the `end` event was read, or the stream finished
-        self.live: ev.TextDelta | None = None  # the text of the model call in progress so far
+        # The text and the thinking of the model call in progress so far, by delta type.
+        self.live: dict[str, ev.TextDelta | ev.ThinkingDelta] = {}
         self.watchers = 0
         self._grew = asyncio.Event()
         self._pump: asyncio.Task | None = None
@@ -60,7 +62,7 @@ class Feed:
 
     async def _poll(self) -> None:
         start = self.offsets[-1] + 1 if self.offsets else 0
-        self.live = None  # a new reader sends the call's text so far again
+        self.live = {}  # a new reader sends the call's text so far again
         try:
             async for item in session_events(self.client, self.session_id, start):
                 if item.offset is None:
@@ -80,22 +82,23 @@ class Feed:
         """Buffer one item; True when it is the session's `end`."""
         self.items.append(Item(offset, event.type, json.dumps(event.model_dump(mode="json"))))
         self.offsets.append(offset)
-        if isinstance(event, ev.SessionEnded) or (
-            isinstance(event, ev.TurnRecorded) and self.live is not None and self.live.step <= event.step
-        ):
-            self.live = None  # the turn carries the whole text
+        if isinstance(event, ev.SessionEnded):
+            self.live = {}
+        elif isinstance(event, ev.TurnRecorded):
+            # The turn carries the whole text.
+            self.live = {k: d for k, d in self.live.items() if d.step > event.step}
         self._wake()
         return event.type == "end"
 
     def _add_text(self, delta: ev.SessionEvent) -> None:
         """Extend the live text of the call in progress (a new step or attempt replaces it)."""
-        if not isinstance(delta, ev.TextDelta):
+        if not isinstance(delta, (ev.TextDelta, ev.ThinkingDelta)):
             return
-        live = self.live
+        live = self.live.get(delta.type)
         if live is not None and (live.step, live.attempt) == (delta.step, delta.attempt):
-            self.live = live.model_copy(update={"text": live.text + delta.text})
+            self.live[delta.type] = live.model_copy(update={"text": live.text + delta.text})
         else:
-            self.live = delta
+            self.live[delta.type] = delta
         self._wake()
 
     def _wake(self) -> None:
@@ -110,26 +113,38 @@ class Feed:
         """The items after offset `after`, as they arrive, until the session's end; and the
         live text: first what the call in progress has written so far, then each new piece."""
         index = bisect.bisect_right(self.offsets, after)
-        shown: tuple[int, int] | None = None  # the (step, attempt) of the live text sent
-        sent = 0  # its characters sent
+        # By delta type: the (step, attempt) of the live text sent, and its characters sent.
+        shown: dict[str, tuple[int, int]] = {}
+        sent: dict[str, int] = {}
         while True:
             if index < len(self.items):
                 yield self.items[index]
                 index += 1
                 continue
-            live = self.live
-            if live is not None:
-                if (live.step, live.attempt) != shown:
-                    shown, sent = (live.step, live.attempt), 0
-                if len(live.text) > sent:
-                    piece = live.model_copy(update={"text": live.text[sent:]})
-                    sent = len(live.text)
-                    yield Item(None, piece.type, json.dumps(piece.model_dump(mode="json")))
-                    continue
+            piece = self._next_piece(shown, sent)
+            if piece is not None:
+                yield Item(None, piece.type, json.dumps(piece.model_dump(mode="json")))
+                continue
             if self.ended or self._pump is None or self._pump.done():
                 return
             grew = self._grew
             await grew.wait()
+
+    def _next_piece(
+        self, shown: dict[str, tuple[int, int]], sent: dict[str, int]
+    ) -> ev.TextDelta | ev.ThinkingDelta | None:
+        """What a watcher has not had of the live thinking, then of the live text."""
+        for kind in ("thinking_delta", "delta"):
+            live = self.live.get(kind)
+            if live is None:
+                continue
+            if (live.step, live.attempt) != shown.get(kind):
+                shown[kind], sent[kind] = (live.step, live.attempt), 0
+            if len(live.text) > sent[kind]:
+                piece = live.model_copy(update={"text": live.text[sent[kind] :]})
+                sent[kind] = len(live.text)
+                return piece
+        return None
 
     def stop(self) -> None:
         for task in (self._pump, self._idle):

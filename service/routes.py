@@ -78,8 +78,9 @@ async def _session_input(body: schemas.StartSession, user: User, owned: Owners) 
             for a in body.attachments
         ]
         return start_input.resolve(
-            goal=body.goal, agent=body.agent, limits=limits, fields=fields, attachments=attachments
-        )
+            goal=body.goal, agent=body.agent, limits=limits, fields=fields, attachments=attachments,
+            settings={k: getattr(body, k) for k in start_input.SETTING_FIELDS},
+        )  # fmt: skip
 
     try:
         # Decoding and storing files (up to the body's 48 MB) runs beside the event loop.

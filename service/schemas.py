@@ -3,7 +3,7 @@ silently as a default."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,6 +39,16 @@ class StartSession(Body):
         description="URLs told when a call waits for approval, the session waits for an event, and it ends "
                     "(each must start with a prefix in the service's AGENT_NOTIFY_ALLOW)",
     )  # fmt: skip
+
+    thinking_budget: int | Literal["adaptive"] | None = Field(
+        default=None, description="extended thinking: tokens (1024 or more, below max_tokens) or adaptive"
+    )
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    stop_sequences: list[str] | None = Field(default=None, description="stop when the model writes one")
+    tool_choice: str | None = Field(
+        default=None, description="the first model call of each run: auto, any, none or a tool name"
+    )
 
 
 class NewAttachment(Body):

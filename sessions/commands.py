@@ -87,9 +87,21 @@ async def resolve_start(client: Client, args: argparse.Namespace) -> SessionInpu
     if args.output_schema is not None:
         fields["output_schema"] = start_input.read_schema_file(args.output_schema)
     attachments = [read_attachment(path) for path in args.attach or []]
+    settings = {
+        "thinking_budget": args.thinking_budget,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "stop_sequences": args.stop_sequences,
+        "tool_choice": args.tool_choice,
+    }
     try:
         return start_input.resolve(
-            goal=goal, agent=args.agent, limits=limits, fields=fields, attachments=attachments
+            goal=goal,
+            agent=args.agent,
+            limits=limits,
+            fields=fields,
+            attachments=attachments,
+            settings=settings,
         )
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
@@ -182,6 +194,8 @@ async def fork(client: Client, args: argparse.Namespace) -> int:
     if args.model is not None:
         start_input.check_model(args.model)
         start_input.check_attachments_for(args.model, [(a.name, a.media_type) for a in started.attachments])
+        if started.model_settings is not None:  # what the source runs with, against the new model
+            start_input.check_settings(started.model_settings, args.model, started.limits.max_tokens)
         started = started.model_copy(update={"model": args.model, "price": price_for(args.model)})
     session_input = forked_input(started, args.session, state, args.at_step, args.message)
     session_id = args.new_session or f"{args.session}.fork-{uuid.uuid4().hex[:6]}"

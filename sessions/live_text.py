@@ -14,7 +14,8 @@ start, or its worker cannot be reached, it looks again with a growing delay (at 
 Live text comes as `TextDelta` events with no offset: the first of a call is the text so
 far (tagged with step and attempt), then each chunk. A follower never gets the same text
 of one attempt twice (a reconnection to the worker sends only what it had not read), and
-no live text of a step whose turn it has already read. When the live path is down (a
+no live text of a step whose turn it has already read. The model's thinking comes the
+same way, as `ThinkingDelta` events (type `thinking_delta`), never as answer text. When the live path is down (a
 worker started with `--no-live`, or unreachable), the text comes with the turn.
 """
 
@@ -112,7 +113,7 @@ async def session_events(
             if isinstance(got.event, ev.TurnRecorded):
                 text.turned(got.event.step)
             elif (
-                isinstance(got.event, ev.TextDelta)
+                isinstance(got.event, (ev.TextDelta, ev.ThinkingDelta))
                 and got.offset is None
                 and got.event.step <= text.last_turn
             ):
@@ -138,7 +139,8 @@ class LiveText:
         self.last_turn = 0  # the last step whose turn the follower has
         self.describes = 0  # DescribeWorkflowExecution calls made
         self._kicked = asyncio.Event()
-        self._read: dict[tuple[int, int], int] = {}  # characters relayed, by (step, attempt)
+        # Characters relayed, by (step, attempt, delta type).
+        self._read: dict[tuple[int, int, str], int] = {}
 
     def kick(self) -> None:
         """A model call may have begun: look for it."""
@@ -207,10 +209,10 @@ class LiveText:
     async def _read_from(self, http: httpx.AsyncClient, url: str, attempt: int) -> str:
         """Relay the call's text from its worker; how it ended ("done", "failed"), or
         "lost" (not there, or the connection broke)."""
-        first = True
+        read: dict[str, int] = {}  # characters of each type this connection has read
         try:
             async with http.stream("GET", f"{url}/live/{quote(self.session_id, safe='')}",
-                                   params={"attempt": attempt}) as response:  # fmt: skip
+                                   params={"attempt": attempt, "thinking": 1}) as response:  # fmt: skip
                 if response.status_code != 200:
                     return "lost"
                 async for line in response.aiter_lines():
@@ -219,18 +221,20 @@ class LiveText:
                     got = await decode_line(self.client.data_converter, line)
                     if isinstance(got, str):
                         return got
-                    self._relay(got, so_far=first)
-                    first = False
+                    at = read.get(got.type, 0)
+                    read[got.type] = at + len(got.text)
+                    self._relay(got, at)
         except (httpx.HTTPError, json.JSONDecodeError, KeyError) as err:
             log.debug("session %s: live text from %s: %s", self.session_id, url, err)
         return "lost"
 
-    def _relay(self, delta: ev.TextDelta, so_far: bool) -> None:
-        """Pass on what the follower has not had of this attempt's text: of the text so
-        far (the first delta of a connection), what follows the characters already relayed."""
-        key = (delta.step, delta.attempt)
+    def _relay(self, delta: ev.TextDelta | ev.ThinkingDelta, at: int) -> None:
+        """Pass on what the follower has not had of this attempt's text (or thinking): the
+        delta holds its characters from `at` on (a connection starts again from 0), of
+        which those before the ones already relayed are left out."""
+        key = (delta.step, delta.attempt, delta.type)
         done = self._read.get(key, 0)
-        text = delta.text[done:] if so_far else delta.text
+        text = delta.text[max(0, done - at) :]
         if text:
-            self._read[key] = done + len(text)
+            self._read[key] = max(done, at) + len(text)
             self.put(Item(None, ev.DELTA_TOPIC, delta.model_copy(update={"text": text})))

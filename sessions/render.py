@@ -40,6 +40,9 @@ def session_details(session: SessionInput) -> str:
         f"{limits.timeout_seconds:g}s" + (f", ${limits.cost_budget_usd:g}" if limits.cost_budget_usd else ""),
         f"**tools** {', '.join(session.tools) if session.tools is not None else 'all of the worker'}",
     ]
+    if session.model_settings is not None:
+        chosen = session.model_settings.model_dump(exclude_defaults=True)
+        lines.append("**model settings** " + ", ".join(f"{k} {v}" for k, v in chosen.items()))
     return "\n".join(lines)
 
 

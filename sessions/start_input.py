@@ -6,7 +6,10 @@ input: it checks the model's provider, reads the definitions, resolves the agent
 model, prompt, tools, MCP servers by name, approval rules, limits, and its sub-agents,
 each resolved the same way) with the caller's settings on top, and refuses a cost budget
 for a model without prices and a notification URL that `AGENT_NOTIFY_ALLOW` does not
-allow (infra/notify.py; the caller's `notify` list replaces the agent's). Every refusal is a one-line `BadRequest`; a value that breaks
+allow (infra/notify.py; the caller's `notify` list replaces the agent's). Model settings
+(thinking, temperature, top_p, stop sequences, tool choice: the agent's, then the
+caller's) are checked against what the model's API refuses (`check_settings`). Every
+refusal is a one-line `BadRequest`; a value that breaks
 the input's schema is pydantic's `ValidationError`, which each entry point words its own
 way. The start input is in history, so a later edit of the file never changes a running
 session.
@@ -21,10 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
 from activities.providers import split
 from activities.transcript import open_store
+from activities.wire import MIN_THINKING_BUDGET, TOOL_CHOICE_WORDS
 from infra.attachments import PDF, AttachmentError, check_total, detect
 from infra.definitions import (
     AgentDefinition,
@@ -34,6 +39,7 @@ from infra.definitions import (
     load_definitions,
 )
 from infra.errors import BadRequest
+from infra.model_names import DEFAULT_PROVIDER, refuses_sampling, refuses_temperature_with_top_p, split_prefix
 from infra.notify import NotifyRefused, allowed_prefixes, check_targets
 from sessions.pricing import PRICES, price_for
 from workflows.contract import (
@@ -42,6 +48,7 @@ from workflows.contract import (
     AgentSpec,
     Attachment,
     Limits,
+    ModelSettings,
     SessionInput,
     SubAgent,
 )
@@ -59,6 +66,9 @@ LIMIT_FIELDS = {  # definition field -> Limits field
     "model_timeout": "model_timeout_seconds",
     "context_tokens": "context_tokens",
 }
+SETTING_FIELDS = ("thinking_budget", "temperature", "top_p", "stop_sequences", "tool_choice")
+# Chat Completions takes at most this many stop sequences.
+OPENAI_MAX_STOP_SEQUENCES = 4
 
 
 def resolve(
@@ -68,11 +78,13 @@ def resolve(
     limits: dict[str, Any],
     fields: dict[str, Any],
     attachments: list[NewAttachment] | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> SessionInput:
     """The start input for the caller's goal, agent (None: the file's default) and
-    settings: `limits` as `Limits` fields and `fields` as `SessionInput` fields, None
-    meaning not given; `attachments` are files for the goal's message, stored in the
-    object store here (the input records them by reference)."""
+    settings: `limits` as `Limits` fields, `fields` as `SessionInput` fields and
+    `settings` as `ModelSettings` fields, None meaning not given; `attachments` are files
+    for the goal's message, stored in the object store here (the input records them by
+    reference)."""
     if fields.get("model") is not None:
         check_model(fields["model"])
     found = read_definitions()
@@ -83,6 +95,8 @@ def resolve(
         )
     except DefinitionError as err:
         raise BadRequest(str(err)) from None
+    definition = found.agent(chosen) if chosen is not None else None
+    resolved.model_settings = model_settings(definition, settings or {}, resolved)
     if resolved.limits.cost_budget_usd is not None and resolved.price is None:
         raise BadRequest(
             f"no prices for model {resolved.model!r}, so a cost budget cannot be kept; "
@@ -234,11 +248,92 @@ def agent_spec(definitions: Definitions, name: str, path: tuple[str, ...] = ()) 
 def _subagent(definitions: Definitions, name: str, path: tuple[str, ...]) -> SubAgent:
     definition = definitions.agent(name)
     model = definition.model or DEFAULT_MODEL
-    return SubAgent(
+    sub = SubAgent(
         name=name, description=definition.description, model=model, system=definition.system or DEFAULT_SYSTEM,
         limits=Limits(**agent_limits(definition, {})), price=price_for(model), tools=definition.tools,
         agent=agent_spec(definitions, name, path),
     )  # fmt: skip
+    try:
+        sub.model_settings = model_settings(definition, {}, sub)
+    except BadRequest as err:
+        raise DefinitionError(f"agents.{name}: {err}") from None
+    return sub
+
+
+def model_settings(
+    definition: AgentDefinition | None, overrides: dict[str, Any], session: SessionInput | SubAgent
+) -> ModelSettings | None:
+    """The agent's model settings with the caller's on top, checked for the session's
+    model; None when none is set (the model's defaults)."""
+    chosen: dict[str, Any] = {}
+    if definition is not None:
+        chosen = {k: getattr(definition, k) for k in SETTING_FIELDS if getattr(definition, k) is not None}
+    chosen |= {k: v for k, v in overrides.items() if v is not None and v != []}
+    if not chosen:
+        return None
+    try:
+        settings = ModelSettings(**chosen)
+    except ValidationError as err:
+        issue = err.errors()[0]
+        raise BadRequest(f"{issue['loc'][0]}: {issue['msg'].removeprefix('Value error, ')}") from None
+    check_settings(settings, session.model, session.limits.max_tokens)
+    check_tool_choice(settings.tool_choice, session.tools, session.agent)
+    return settings
+
+
+def check_settings(settings: ModelSettings, model: str, max_tokens: int) -> None:
+    """What the model's API refuses, said before the session starts."""
+    budget, temperature, top_p = settings.thinking_budget, settings.temperature, settings.top_p
+    provider = split_prefix(model)[0]
+    if isinstance(budget, int):
+        if budget < MIN_THINKING_BUDGET:
+            raise BadRequest(f"thinking_budget must be at least {MIN_THINKING_BUDGET} tokens, not {budget}")
+        if budget >= max_tokens:
+            raise BadRequest(
+                f"thinking_budget ({budget}) must be below max_tokens ({max_tokens}): "
+                "raise max_tokens or lower the budget"
+            )
+    elif budget == "adaptive" and max_tokens <= MIN_THINKING_BUDGET:
+        raise BadRequest(f"thinking needs max_tokens above {MIN_THINKING_BUDGET}, not {max_tokens}")
+    if provider == DEFAULT_PROVIDER and temperature is not None and temperature > 1:
+        raise BadRequest(f"temperature must be between 0 and 1 for Anthropic's models, not {temperature:g}")
+    if budget is not None:
+        if temperature is not None and temperature != 1:
+            raise BadRequest(
+                f"thinking takes no temperature but 1 (not {temperature:g}): leave temperature out"
+            )
+        if top_p is not None and top_p < 0.95:
+            raise BadRequest(f"thinking takes top_p from 0.95 to 1, not {top_p:g}")
+        if settings.tool_choice not in (None, "auto", "none"):
+            raise BadRequest(
+                f"thinking cannot be on with tool_choice {settings.tool_choice!r}, which forces a tool call: "
+                "use auto or none"
+            )
+    if (temperature is not None or top_p is not None) and refuses_sampling(model):
+        raise BadRequest(f"model {model} takes no temperature or top_p")
+    if temperature is not None and top_p is not None and refuses_temperature_with_top_p(model):
+        raise BadRequest(f"model {model} takes temperature or top_p, not both")
+    if provider == "openai" and len(settings.stop_sequences) > OPENAI_MAX_STOP_SEQUENCES:
+        raise BadRequest(
+            f"OpenAI-compatible models take at most {OPENAI_MAX_STOP_SEQUENCES} stop sequences, "
+            f"not {len(settings.stop_sequences)}"
+        )
+
+
+def check_tool_choice(choice: str | None, tools: list[str] | None, agent: AgentSpec | None) -> None:
+    """A tool choice naming a tool the session cannot have. With the worker's tools (no
+    list) the session checks it when it has listed them."""
+    if choice is None or choice in TOOL_CHOICE_WORDS or tools is None:
+        return
+    servers = agent.mcp_servers if agent else []
+    subagents = [f"agent__{s.name}" for s in agent.subagents] if agent else []
+    if choice in tools or choice in subagents or any(choice.startswith(f"{s}__") for s in servers):
+        return
+    named = ", ".join([*tools, *subagents]) or "none"
+    raise BadRequest(
+        f"tool_choice {choice!r} is not one of the session's tools ({named}); "
+        f"use auto, any, none or a tool name"
+    )
 
 
 def session_input(

@@ -6,7 +6,9 @@ no billable action, however many watch), so it shows what already happened and t
 whether attached mid-run, after a restart or after the end; the model's text comes live from
 the worker writing it, outside Temporal (sessions/live_text.py). `--json` prints every event, one
 per line, as the same types serialise, with its `offset` in the stream; live text (`delta`)
-has none (`"offset": null`): the turn that follows carries the whole text. A session whose
+has none (`"offset": null`): the turn that follows carries the whole text. The model's
+thinking comes the same way as `thinking_delta` events, shown dimmed before the text in a
+terminal; it is never the answer. A session whose
 workflow task keeps failing is reported as stuck while the watch goes on.
 """
 
@@ -62,14 +64,19 @@ class _Streaming:
     def __init__(self) -> None:
         self.step: int | None = None
         self.attempt: int | None = None
+        self.thinking = ""
         self.text = ""
         self.live: Live | None = None
 
-    def add(self, delta: ev.TextDelta) -> None:
+    def add(self, delta: ev.TextDelta | ev.ThinkingDelta) -> None:
         if (delta.step, delta.attempt) != (self.step, self.attempt):
-            self.text = ""  # a new step, or a retried attempt: its partial text is replaced
+            # A new step, or a retried attempt: its partial text is replaced.
+            self.text = self.thinking = ""
         self.step, self.attempt = delta.step, delta.attempt
-        self.text += delta.text
+        if isinstance(delta, ev.ThinkingDelta):
+            self.thinking += delta.text
+        else:
+            self.text += delta.text
         if self.live is None:
             self.live = Live(self._render(), console=console, transient=True, auto_refresh=False)
             self.live.start()
@@ -80,7 +87,10 @@ class _Streaming:
         if self.attempt and self.attempt > 1:
             head.append(f" (attempt {self.attempt})", style="yellow")
         head.append(" ▍ ", style="dim")
-        body = head + Text(self.text)
+        body = head + Text(self.thinking, style="dim")
+        if self.thinking and self.text:
+            body.append("\n")
+        body.append(self.text)
         room = max(3, console.size.height - 2)
         lines = body.wrap(console, console.size.width)
         if len(lines) > room:
@@ -92,7 +102,7 @@ class _Streaming:
             self.live.stop()
             self.live = None
         self.step = self.attempt = None
-        self.text = ""
+        self.text = self.thinking = ""
 
 
 class Watcher:
@@ -110,7 +120,7 @@ class Watcher:
 
     def show(self, event: ev.SessionEvent) -> bool:
         """Print one event; True when it is the end of the session."""
-        if isinstance(event, ev.TextDelta):
+        if isinstance(event, (ev.TextDelta, ev.ThinkingDelta)):
             if self.streaming is not None:
                 self.streaming.add(event)
             return False

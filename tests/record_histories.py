@@ -271,6 +271,30 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
         },
         approve_in_child,
     ),
+    "thinking": (
+        [
+            {
+                "thinking": "Which tool tells the time?",
+                "tool_calls": [{"name": "get_time", "input": {}, "id": "t1"}],
+            },
+            {
+                "thinking": "A note next.",
+                "redacted_thinking": "r",
+                "tool_calls": [{"name": "save_note", "input": {"title": "n", "text": "x"}, "id": "n1"}],
+            },
+            {"thinking": "Now the answer.", "text": "It is noon. END"},
+        ],
+        {
+            "model_settings": {"thinking_budget": 2048, "stop_sequences": ["END"]},
+            "limits": {"continue_as_new_after_steps": 2},
+        },
+        nothing,
+    ),
+    "tool_choice": (
+        [tool_use("get_time", id="t1"), answer("noon")],
+        {"model_settings": {"tool_choice": "get_time", "temperature": 0.2}},
+        nothing,
+    ),
     "search_attributes": (
         [tool_use("save_note", {"title": f"n{i}", "text": "x"}, id=f"s{i}") for i in range(4)]
         + [tool_use("send_email", EMAIL, id="e1"), answer("sent")],

@@ -217,7 +217,7 @@ class AgentWorkflow:
         # failing ends the session before any model call.
         checked = asyncio.create_task(session.notifier.check()) if state.runs == 1 else None
         problem = await self._list_tools() if not state.specs else None
-        problem = problem or (await checked if checked is not None else None)
+        problem = problem or (await checked if checked is not None else None) or self._check_tool_choice()
         if problem:
             session.finish("failed", error=problem)
             return
@@ -285,6 +285,19 @@ class AgentWorkflow:
         input = self.session.input
         if input.limits.cost_budget_usd is not None and input.price is None:
             return f"a cost budget needs prices for model {input.model!r}, and there are none"
+        return None
+
+    def _check_tool_choice(self) -> str | None:
+        """A tool choice the session's tools cannot meet (the start checks it when it can)."""
+        settings, specs = self.session.input.model_settings, self.session.state.specs
+        choice = settings.tool_choice if settings is not None else None
+        if choice in (None, "auto", "none"):
+            return None
+        names = [s.name for s in specs]
+        if choice == "any" and not names:
+            return "tool_choice 'any' needs a tool, and the session has none"
+        if choice != "any" and choice not in names:
+            return f"tool_choice {choice!r} is not one of the session's tools ({', '.join(names) or 'none'})"
         return None
 
     async def _run_with_limits(self) -> Finished:

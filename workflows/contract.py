@@ -9,6 +9,7 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from activities.wire import ContentBlock, DocumentBlock, ImageBlock, Message, StoredSource, Usage
+from activities.wire import ModelSettings as ModelSettings  # a wire type, re-exported
 from infra.model_names import DEFAULT_MODEL
 from workflows.records import CallStatus as CallStatus  # a wire type, re-exported
 from workflows.records import Notifications, PendingApproval, RunStatus, ToolCallRecord, TraceTurn
@@ -92,6 +93,7 @@ class SubAgent(BaseModel):
     price: ModelPrice | None = None
     tools: list[str] | None = None
     agent: AgentSpec
+    model_settings: ModelSettings | None = None
 
 
 class Attachment(BaseModel):
@@ -156,6 +158,8 @@ class SessionInput(BaseModel):
     # URLs told when a call waits for approval, the session waits for an event, and it
     # ends (workflows/notify.py); each starts with a prefix in AGENT_NOTIFY_ALLOW.
     notify: list[str] = Field(default_factory=list, max_length=10)
+    # Thinking, temperature, top_p, stop sequences, tool choice (None: the model's defaults).
+    model_settings: ModelSettings | None = None
     # The session's state: filled in by the session itself when it continues as new, or
     # by `fork` with the state of another session after one of its steps.
     state: SessionState | None = None

@@ -4,7 +4,8 @@ Every consumer reads them through `SessionEvent`: the terminal view, `watch --js
 HTTP service's Server-Sent Events. The workflow publishes them on the `event` topic.
 `TextDelta` (streamed text, tagged with step and attempt) is not in the stream: the worker
 running the model call serves it live (activities/live_server.py), and followers show it under the
-`delta` topic with no offset (sessions/live_text.py); histories of older workers have deltas
+`delta` topic with no offset (sessions/live_text.py), and so is `ThinkingDelta` (the
+model's thinking as it streams, type `thinking_delta`: never answer text); histories of older workers have deltas
 on the stream's `delta` topic. Readers ignore fields they do not know, so an older reader
 can follow a session run by a newer worker.
 """
@@ -16,7 +17,7 @@ from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from activities.wire import TextDelta, Usage
+from activities.wire import TextDelta, ThinkingDelta, Usage
 
 EVENT_TOPIC = "event"
 DELTA_TOPIC = "delta"
@@ -123,7 +124,8 @@ SessionEvent = Annotated[
     | UserMessageTaken
     | ContinuedAsNew
     | SessionEnded
-    | TextDelta,
+    | TextDelta
+    | ThinkingDelta,
     Field(discriminator="type"),
 ]
 EVENTS: TypeAdapter[SessionEvent] = TypeAdapter(SessionEvent)

@@ -17,7 +17,14 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.model import ModelActivities
     from activities.model_errors import TRANSCRIPT_MISSING
-    from activities.wire import Message, ModelReply, ModelRequest, ToolResultBlock, tool_specs_text
+    from activities.wire import (
+        Message,
+        ModelReply,
+        ModelRequest,
+        ModelSettings,
+        ToolResultBlock,
+        tool_specs_text,
+    )
     from workflows import options, spans
     from workflows.contract import ToolCallRecord, TraceTurn
     from workflows.events import TurnRecorded
@@ -72,7 +79,17 @@ class ModelCaller:
             stream=input.stream,
             context_tokens=input.limits.context_tokens,
             summarize_dropped=input.summarize_dropped,
+            settings=self._settings(),
         )
+
+    def _settings(self) -> ModelSettings | None:
+        """The session's model settings for this call: its tool choice on a run's first
+        call only (later calls choose freely, so `any` cannot call tools forever)."""
+        settings = self.session.input.model_settings
+        if settings is None or settings.tool_choice is None or self.state.next_call_starts_run():
+            return settings
+        settings = settings.model_copy(update={"tool_choice": None})
+        return None if settings.is_default() else settings
 
     def _by_reference(self, message: Message) -> Message:
         """The message with long tool outputs named by the hash the tool activity stored them under."""

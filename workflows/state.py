@@ -117,6 +117,12 @@ class SessionState(BaseModel):
         last = self.messages[-1]
         return last.tool_uses() if last.role == "assistant" else []
 
+    def next_call_starts_run(self) -> bool:
+        """Whether the next model call is a run's first: it answers a person's message (the
+        goal, a chat message), not tool results."""
+        last = self.messages[-1]
+        return last.role == "user" and any(isinstance(b, TextBlock) for b in last.content)
+
     def spec(self, name: str) -> ToolSpec | None:
         return next((s for s in self.specs if s.name == name), None)
 

@@ -109,6 +109,7 @@ class SubAgents:
             goal=task, user_id=parent.user_id, model=sub.model, system=sub.system,
             limits=self._shared_limits(sub.limits, sub.price is not None, siblings), price=sub.price,
             tools=sub.tools, agent=sub.agent, search_attributes=parent.search_attributes,
+            model_settings=sub.model_settings,
             parent=ParentLink(session_id=self.session.id, tool_use_id=call.tool_use_id),
         )  # fmt: skip
 

@@ -5,7 +5,15 @@ decides which failures it retries (`ERRORS` describes this SDK's failures to it)
 API key is read here, in the worker process, from the environment (`ANTHROPIC_API_KEY`
 or `ANTHROPIC_AUTH_TOKEN`, and `ANTHROPIC_BASE_URL`); it never enters a workflow input.
 The transcript store already holds Anthropic's content blocks, so messages go out as
-they are, with prompt-cache breakpoints added.
+they are, with prompt-cache breakpoints added: thinking blocks (and their signatures)
+go back exactly as they came, in place.
+
+Model settings: `thinking_budget` N is `{"type": "enabled", "budget_tokens": N}`, or
+`{"type": "adaptive"}` on models that take only adaptive thinking (Claude 4.7 and later);
+`temperature` and `top_p` go in the body (this SDK has no keyword for them);
+"adaptive" is `{"type": "adaptive"}` on models that take it (Claude 4.6 and later), and on
+older ones a budget of half of `max_tokens` (at least 1024). `tool_choice` is sent only
+with tools (the API refuses it without).
 """
 
 from __future__ import annotations
@@ -19,7 +27,8 @@ from temporalio.exceptions import ApplicationError
 
 from activities.model_errors import IncompleteResponse, SdkErrors, classify, terminal
 from activities.providers.base import ModelTurn, OnText, ProviderCall
-from activities.wire import Message, StopReason, Usage
+from activities.wire import MIN_THINKING_BUDGET, TOOL_CHOICE_WORDS, Message, ModelSettings, StopReason, Usage
+from infra.model_names import takes_adaptive_thinking, takes_only_adaptive_thinking
 
 TIMEOUT_S = 110.0
 CACHE = {"type": "ephemeral"}
@@ -51,11 +60,13 @@ class AnthropicProvider:
             self._client = anthropic.AsyncAnthropic(max_retries=0, timeout=TIMEOUT_S)
         return self._client
 
-    async def complete(self, call: ProviderCall, on_text: OnText | None = None) -> ModelTurn:
+    async def complete(
+        self, call: ProviderCall, on_text: OnText | None = None, on_thinking: OnText | None = None
+    ) -> ModelTurn:
         """One Messages API call, streamed when the call asks for it."""
         params = build_params(call)
         if call.stream:
-            final = await self._stream(params, call.headers, on_text)
+            final = await self._stream(params, call.headers, on_text, on_thinking)
         else:
             # No `stream` in params, so the SDK answers with a Message (its overloads
             # cannot tell from a dict of parameters).
@@ -66,12 +77,18 @@ class AnthropicProvider:
         return to_turn(final)
 
     async def _stream(
-        self, params: dict[str, Any], headers: dict[str, str], on_text: OnText | None
+        self,
+        params: dict[str, Any],
+        headers: dict[str, str],
+        on_text: OnText | None,
+        on_thinking: OnText | None,
     ) -> anthropic.types.Message:
         async with self.client().messages.stream(**params, extra_headers=headers) as stream:
-            async for text in stream.text_stream:
-                if on_text is not None:
-                    await on_text(text)
+            async for event in stream:
+                if event.type == "text" and on_text is not None:
+                    await on_text(event.text)
+                elif event.type == "thinking" and on_thinking is not None:
+                    await on_thinking(event.thinking)
             final = await stream.get_final_message()
         if final.stop_reason is None:
             # The SDK returns what arrived; without message_stop the answer is partial.
@@ -82,7 +99,8 @@ class AnthropicProvider:
         """The prompt's size as the API counts it, or None if it cannot say."""
         try:
             params = build_params(call)
-            params.pop("max_tokens", None)
+            for unknown in ("max_tokens", "stop_sequences", "extra_body"):  # not the counting endpoint's
+                params.pop(unknown, None)
             counted = await self.client().messages.count_tokens(**params, extra_headers=call.headers)
             return counted.input_tokens
         except Exception:  # counting is an optimisation; the estimate stands
@@ -108,7 +126,42 @@ def build_params(call: ProviderCall) -> dict[str, Any]:
         params["system"] = [{**system, "cache_control": CACHE} if call.cache else system]
     if tools:
         params["tools"] = tools
+    if call.settings is not None:
+        params |= settings_params(call.settings, call.model, call.max_tokens, bool(tools))
     return params
+
+
+def settings_params(settings: ModelSettings, model: str, max_tokens: int, has_tools: bool) -> dict[str, Any]:
+    """The Messages API's parameters for the session's model settings."""
+    params: dict[str, Any] = {}
+    if settings.thinking_budget is not None:
+        params["thinking"] = thinking(settings.thinking_budget, model, max_tokens)
+    # The SDK (1.0 on) has no keyword for them; the API takes them in the body.
+    sampling = {"temperature": settings.temperature, "top_p": settings.top_p}
+    if sampling := {k: v for k, v in sampling.items() if v is not None}:
+        params["extra_body"] = sampling
+    if settings.stop_sequences:
+        params["stop_sequences"] = list(settings.stop_sequences)
+    choice = settings.tool_choice
+    if choice is not None and has_tools:
+        params["tool_choice"] = (
+            {"type": choice} if choice in TOOL_CHOICE_WORDS else {"type": "tool", "name": choice}
+        )
+    return params
+
+
+def thinking(budget: int | str, model: str, max_tokens: int) -> dict[str, Any]:
+    """The `thinking` parameter for a budget of tokens or "adaptive"."""
+    if takes_only_adaptive_thinking(model) or (budget == "adaptive" and takes_adaptive_thinking(model)):
+        return {"type": "adaptive"}
+    if not isinstance(budget, int):
+        budget = adaptive_budget(max_tokens)
+    return {"type": "enabled", "budget_tokens": budget}
+
+
+def adaptive_budget(max_tokens: int) -> int:
+    """ "adaptive" on a model that takes only a budget: half of max_tokens, at least 1024."""
+    return max(MIN_THINKING_BUDGET, max_tokens // 2)
 
 
 def _with_history_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

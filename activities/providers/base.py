@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from temporalio.exceptions import ApplicationError
 
-from activities.wire import Message, StopReason, ToolSpec, Usage
+from activities.wire import Message, ModelSettings, StopReason, ToolSpec, Usage
 
-# Called with each chunk of text while a streamed answer arrives.
+# Called with each chunk of text (or of thinking) while a streamed answer arrives.
 OnText = Callable[[str], Awaitable[None]]
 
 
@@ -36,6 +36,8 @@ class ProviderCall:
     # The prompt will be sent again with more at its end (the agent loop's calls): worth
     # marking for the provider's prompt cache. A one-off call (a summary) is not.
     cache: bool = True
+    # Thinking, sampling, stop sequences and this call's tool choice; None: the defaults.
+    settings: ModelSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,11 @@ class Provider(Protocol):
 
     name: str
 
-    async def complete(self, call: ProviderCall, on_text: OnText | None = None) -> ModelTurn:
-        """One call; streamed when `call.stream`, with `on_text` given each text chunk."""
+    async def complete(
+        self, call: ProviderCall, on_text: OnText | None = None, on_thinking: OnText | None = None
+    ) -> ModelTurn:
+        """One call; streamed when `call.stream`, with `on_text` given each chunk of the
+        answer's text and `on_thinking` each chunk of the model's thinking."""
         ...
 
     async def count_tokens(self, call: ProviderCall) -> int | None:

@@ -58,11 +58,13 @@ class OpenAIProvider:
             )
         return self._client
 
-    async def complete(self, call: ProviderCall, on_text: OnText | None = None) -> ModelTurn:
+    async def complete(
+        self, call: ProviderCall, on_text: OnText | None = None, on_thinking: OnText | None = None
+    ) -> ModelTurn:
         """One Chat Completions call, streamed when the call asks for it."""
         params = build_params(call)
         if call.stream:
-            reply = await self._stream(params, call.headers, on_text)
+            reply = await self._stream(params, call.headers, on_text, on_thinking)
         else:
             # No `stream` in params, so the SDK answers with a ChatCompletion (its overloads
             # cannot tell from a dict of parameters).
@@ -73,7 +75,13 @@ class OpenAIProvider:
             reply = from_completion(completion)
         return to_turn(reply)
 
-    async def _stream(self, params: dict[str, Any], headers: dict[str, str], on_text: OnText | None) -> Reply:
+    async def _stream(
+        self,
+        params: dict[str, Any],
+        headers: dict[str, str],
+        on_text: OnText | None,
+        on_thinking: OnText | None,
+    ) -> Reply:
         stream = await self.client().chat.completions.create(
             **params, stream=True, stream_options={"include_usage": True}, extra_headers=headers
         )
@@ -83,6 +91,9 @@ class OpenAIProvider:
                 text = add_chunk(reply, chunk)
                 if text and on_text is not None:
                     await on_text(text)
+                thought = reasoning_text(chunk)
+                if thought and on_thinking is not None:
+                    await on_thinking(thought)
         if reply.finish_reason is None:
             # The SDK ends quietly when the connection closes; without a finish the answer is partial.
             raise IncompleteResponse("the stream ended before a finish_reason")
@@ -117,6 +128,16 @@ def add_chunk(reply: Reply, chunk: Any) -> str:
         call[2] += (function.arguments if function else None) or ""
     reply.finish_reason = choice.finish_reason or reply.finish_reason
     return text
+
+
+def reasoning_text(chunk: Any) -> str:
+    """The reasoning some compatible servers stream (`reasoning_content`, `reasoning`):
+    shown to followers as thinking, never kept (it carries no signature to send back)."""
+    if not chunk.choices:
+        return ""
+    delta = chunk.choices[0].delta
+    value = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+    return value if isinstance(value, str) else ""
 
 
 def from_completion(completion: Any) -> Reply:

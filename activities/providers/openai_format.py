@@ -11,6 +11,10 @@ as an `image_url` data URL (`data:image/png;base64,...`). A PDF has no Chat Comp
 spelling: it is refused, as the start input's resolution refuses it before a session
 starts. Other blocks with no Chat Completions spelling (thinking, server tools) are left
 out, so a transcript written through another provider can still be sent here.
+
+Model settings: `temperature`, `top_p`, `stop`; `tool_choice` auto, any, none and a tool
+name as "auto", "required", "none" and `{"type": "function", "function": {"name": ...}}`
+(sent only with tools); `thinking_budget` as `reasoning_effort` (`REASONING_EFFORT`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any, cast
 
 from activities.model_errors import terminal
 from activities.providers.base import ModelTurn, ProviderCall
-from activities.wire import Message, StopReason, TextBlock, ToolUseBlock, Usage
+from activities.wire import Message, ModelSettings, StopReason, TextBlock, ToolUseBlock, Usage
 
 ERROR_PREFIX = "Error: "
 RAW_ARGUMENTS = "_raw_arguments"
@@ -35,6 +39,11 @@ STOP_REASONS: dict[str, StopReason] = {
 }
 
 Chat = dict[str, Any]
+# thinking_budget as reasoning_effort: budgets below each bound, and "adaptive".
+REASONING_EFFORT: tuple[tuple[int, str], ...] = ((4096, "low"), (16384, "medium"))
+REASONING_EFFORT_ABOVE = "high"
+ADAPTIVE_EFFORT = "medium"
+TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 
 
 def build_params(call: ProviderCall) -> Chat:
@@ -45,7 +54,32 @@ def build_params(call: ProviderCall) -> Chat:
     params: Chat = {"model": call.model, "max_completion_tokens": call.max_tokens, "messages": messages}
     if call.tools:
         params["tools"] = [tool(spec.for_model()) for spec in call.tools]
+    if call.settings is not None:
+        params |= settings_params(call.settings, bool(call.tools))
     return params
+
+
+def settings_params(settings: ModelSettings, has_tools: bool) -> Chat:
+    params: Chat = {}
+    if settings.thinking_budget is not None:
+        params["reasoning_effort"] = reasoning_effort(settings.thinking_budget)
+    if settings.temperature is not None:
+        params["temperature"] = settings.temperature
+    if settings.top_p is not None:
+        params["top_p"] = settings.top_p
+    if settings.stop_sequences:
+        params["stop"] = list(settings.stop_sequences)
+    choice = settings.tool_choice
+    if choice is not None and has_tools:
+        params["tool_choice"] = TOOL_CHOICE.get(choice) or {"type": "function", "function": {"name": choice}}
+    return params
+
+
+def reasoning_effort(budget: int | str) -> str:
+    """The nearest `reasoning_effort` to a thinking budget."""
+    if not isinstance(budget, int):
+        return ADAPTIVE_EFFORT
+    return next((effort for bound, effort in REASONING_EFFORT if budget < bound), REASONING_EFFORT_ABOVE)
 
 
 def tool(spec: dict[str, Any]) -> Chat:

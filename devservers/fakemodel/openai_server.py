@@ -10,12 +10,18 @@ API fake's script store, faults, request log and control endpoints (see
      "finish_reason": "stop", "usage": {"prompt_tokens": 10, "completion_tokens": 5,
      "prompt_tokens_details": {"cached_tokens": 4}}, "delay": 0.5, "chunk_delay": 0.1}
 
-with `usage` and `finish_reason` in this API's own spelling, and `"arguments": "..."` on
+with `usage` and `finish_reason` in this API's own spelling, `"reasoning": "..."` streamed
+first as `reasoning_content` deltas (as vLLM and DeepSeek stream their reasoning), and `"arguments": "..."` on
 a tool call to send those argument characters as they are (malformed JSON included).
 Faults are the same (`status` with `headers`, `code` and `message`; `drop`, `drop_mid`,
 `stall`, `cut_stream` (the stream ends before its finish_reason and `[DONE]`),
 `malformed`, `raw`, `prompt_limit`); an error body is `{"error": {"message", "type",
 "param", "code"}}`, and `prompt_limit` answers with code `context_length_exceeded`.
+
+Settings are checked as the API checks them (a 400 before any turn is used):
+`reasoning_effort` (minimal, low, medium, high), `temperature` (0 to 2), `top_p` (0 to 1),
+`stop` (at most 4 strings), `tool_choice` ("auto", "none", "required", or a function the
+request has; only with tools).
 
 Usage emulates automatic prefix caching: the longest prefix of a session's request
 (tools, then each message) that was sent before counts as `cached_tokens`.
@@ -133,8 +139,45 @@ def build_completion(turn: dict[str, Any], body: dict[str, Any], usage: dict[str
     }
 
 
+REASONING_EFFORTS = ("minimal", "low", "medium", "high")
+
+
+def chat_refusal(body: dict[str, Any]) -> str | None:
+    """Why Chat Completions would refuse this request's settings, if it would."""
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        return f"Invalid value for 'reasoning_effort': {effort!r}. Supported values are: {', '.join(REASONING_EFFORTS)}."
+    temperature, top_p = body.get("temperature"), body.get("top_p")
+    if temperature is not None and not 0 <= temperature <= 2:
+        return f"Invalid 'temperature': {temperature}. Expected a value between 0 and 2."
+    if top_p is not None and not 0 <= top_p <= 1:
+        return f"Invalid 'top_p': {top_p}. Expected a value between 0 and 1."
+    stop = body.get("stop")
+    if isinstance(stop, list) and len(stop) > 4:
+        return "Invalid 'stop': array too long. Expected an array with maximum length 4."
+    choice = body.get("tool_choice")
+    if choice is None:
+        return None
+    names = [t["function"]["name"] for t in body.get("tools") or []]
+    if not names:
+        return "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified."
+    if isinstance(choice, str):
+        return (
+            None
+            if choice in ("auto", "none", "required")
+            else f"Invalid value for 'tool_choice': {choice!r}."
+        )
+    name = (choice.get("function") or {}).get("name")
+    if choice.get("type") != "function" or name not in names:
+        return f"Invalid 'tool_choice': no function named {name!r} in 'tools'."
+    return None
+
+
 class ChatHandler(Handler):
     server: FakeChatHTTPServer  # pyright: ignore[reportIncompatibleVariableOverride]: only that server runs it
+
+    def _refusal(self, body: dict[str, Any]) -> str | None:
+        return chat_refusal(body)
 
     def _api(self, path: str) -> None:
         if path == COMPLETIONS:
@@ -194,6 +237,8 @@ class ChatHandler(Handler):
             self.wfile.write(b'data: {"id": "chatcmpl-x", "choices": [\n\n')
             self.wfile.flush()
             return
+        for piece in _chunks(turn["reasoning"]) if turn.get("reasoning") else []:
+            self._chunk(completion, {"reasoning_content": piece})  # as vLLM and DeepSeek stream it
         for piece in _chunks(message["content"] or "") if message["content"] else []:
             self._chunk(completion, {"content": piece})
             if turn.get("chunk_delay"):

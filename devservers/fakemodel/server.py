@@ -29,6 +29,21 @@ assistant message; `blocks.py`) gets the API's 400 without using a turn.
 - `"prompt_limit": N` on any turn: 400 "prompt is too long" while the request's messages
   are longer than N characters of JSON; the turn waits for a request that fits.
 
+Model settings are checked as the API checks them, and a request it would refuse gets its
+400 (no turn is used): `thinking` (`{"type": "enabled", "budget_tokens": N}` with N at
+least 1024 and below `max_tokens`, on models before Claude 4.7; `{"type": "adaptive"}` on
+Claude 4.6 and later), `temperature` (0 to 1; only 1 with thinking), `top_p` (0 to 1; at
+least 0.95 with thinking; not with `temperature` on Claude 4.5 and later), `tool_choice`
+(auto, any, none or a tool the request has; only with tools; not any or a tool with
+thinking), `stop_sequences`; Claude 4.7 and later take no `temperature` or `top_p`. Thinking blocks in the request must carry the signature this
+server gave them (an altered block is refused), and with thinking on, a request that
+continues a tool loop must send back the turn's first assistant message starting with its
+thinking block. A turn with `"thinking": "..."` (or `"redacted_thinking": true`) answers
+with a signed thinking (or redacted thinking) block first when the request has thinking
+on, streamed as `thinking_delta` and `signature_delta` events; its tokens count as output.
+A turn's text that contains one of the request's `stop_sequences` ends before it, with
+`stop_reason` `stop_sequence`.
+
 Usage emulates prompt caching: the longest prefix of a session's request that ended at a
 `cache_control` breakpoint before is counted as cache read, the rest up to the last
 breakpoint as cache write. `POST /v1/messages/count_tokens` answers an estimate.
@@ -50,7 +65,9 @@ Control endpoints, for tests: `POST /_script {"session", "turns"}`, `POST /_faul
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import json
 import re
 import socket
@@ -64,6 +81,12 @@ from typing import Any, Self
 from urllib.parse import parse_qs, urlparse
 
 from devservers.fakemodel.blocks import check_messages, compact
+from infra.model_names import (
+    refuses_sampling,
+    refuses_temperature_with_top_p,
+    takes_adaptive_thinking,
+    takes_only_adaptive_thinking,
+)
 
 PREFIX = "[fake model] "
 ERROR_TYPES = {
@@ -79,6 +102,143 @@ ERROR_TYPES = {
     503: "api_error",
     529: "overloaded_error",
 }
+
+
+SIGNING_KEY = b"fake model thinking signatures"
+THINKING_TYPES = ("thinking", "redacted_thinking")
+
+
+def sign(text: str) -> str:
+    """The signature of a thinking block's text (the real API's is opaque too)."""
+    return base64.b64encode(hmac.new(SIGNING_KEY, text.encode(), hashlib.sha256).digest()).decode()
+
+
+def redacted_data(text: str) -> str:
+    """An opaque redacted-thinking payload that this server can check when it comes back."""
+    payload = base64.b64encode(text.encode()).decode()
+    return f"{payload}.{sign(payload)}"
+
+
+def thinking_on(body: dict[str, Any]) -> bool:
+    return (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
+
+
+def refusal(body: dict[str, Any]) -> str | None:
+    """Why the Messages API would refuse this request's settings or thinking blocks, if it would."""
+    return settings_refusal(body) or thinking_blocks_refusal(body)
+
+
+def settings_refusal(body: dict[str, Any]) -> str | None:
+    model, max_tokens = str(body.get("model", "")), int(body.get("max_tokens") or 0)
+    thinking = body.get("thinking")
+    if thinking is not None:
+        kind = thinking.get("type")
+        if kind == "enabled":
+            budget = thinking.get("budget_tokens")
+            if takes_only_adaptive_thinking(model):
+                return f"thinking.type.enabled is not supported for model {model}; use thinking.type.adaptive"
+            if not isinstance(budget, int) or budget < 1024:
+                return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+            if budget >= max_tokens:
+                return "`max_tokens` must be greater than `thinking.budget_tokens`"
+        elif kind == "adaptive":
+            if "budget_tokens" in thinking:
+                return "thinking.adaptive.budget_tokens: Extra inputs are not permitted"
+            if not takes_adaptive_thinking(model):
+                return f"thinking.type.adaptive is not supported for model {model}"
+        elif kind != "disabled":
+            return f"thinking.type: unknown type {kind!r}"
+    on = thinking_on(body)
+    temperature, top_p = body.get("temperature"), body.get("top_p")
+    if (temperature is not None or top_p is not None) and refuses_sampling(model):
+        return (
+            "`temperature` is deprecated for this model."
+            if temperature is not None
+            else "`top_p` is deprecated for this model."
+        )
+    if temperature is not None and not 0 <= temperature <= 1:
+        return "temperature: Input should be less than or equal to 1"
+    if top_p is not None and not 0 <= top_p <= 1:
+        return "top_p: Input should be less than or equal to 1"
+    if on and temperature is not None and temperature != 1:
+        return "`temperature` may only be set to 1 when thinking is enabled"
+    if on and top_p is not None and top_p < 0.95:
+        return "`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled"
+    if on and "top_k" in body:
+        return "`top_k` must be unset when thinking is enabled"
+    if temperature is not None and top_p is not None and refuses_temperature_with_top_p(model):
+        return "`temperature` and `top_p` cannot both be specified for this model. Please use only one."
+    stops = body.get("stop_sequences")
+    if stops is not None and (
+        not isinstance(stops, list) or not all(isinstance(x, str) and x.strip() for x in stops)
+    ):
+        return "stop_sequences: each must be a non-empty string"
+    return tool_choice_refusal(body, on)
+
+
+def tool_choice_refusal(body: dict[str, Any], thinking: bool) -> str | None:
+    choice = body.get("tool_choice")
+    if choice is None:
+        return None
+    kind = choice.get("type")
+    names = [t.get("name") for t in body.get("tools") or []]
+    if kind not in ("auto", "any", "none", "tool"):
+        return f"tool_choice.type: unknown type {kind!r}"
+    if not names:
+        return "tool_choice may only be specified while providing tools"
+    if kind == "tool" and choice.get("name") not in names:
+        return f"tool_choice.name: tool {choice.get('name')!r} is not among the request's tools"
+    if thinking and kind in ("any", "tool"):
+        return "Thinking may not be enabled when tool_choice forces tool use."
+    return None
+
+
+def thinking_blocks_refusal(body: dict[str, Any]) -> str | None:
+    """Altered thinking blocks; a tool loop continued without its turn's thinking."""
+    messages = body.get("messages") or []
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if message.get("role") != "assistant" or not isinstance(content, list):
+            continue
+        for j, block in enumerate(content):
+            if block.get("type") == "thinking" and not hmac.compare_digest(
+                str(block.get("signature", "")), sign(str(block.get("thinking", "")))
+            ):
+                return f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+            if block.get("type") == "redacted_thinking":
+                payload, _, signature = str(block.get("data", "")).partition(".")
+                if not hmac.compare_digest(signature, sign(payload)):
+                    return f"messages.{i}.content.{j}: Invalid `data` in `redacted_thinking` block"
+    if not thinking_on(body) or not messages or not _only_tool_results(messages[-1]):
+        return None
+    # A tool loop goes on: its turn began after the last message of a person.
+    start = max(
+        (i for i, m in enumerate(messages) if m.get("role") == "user" and not _only_tool_results(m)),
+        default=-1,
+    )
+    first = next((i for i in range(start + 1, len(messages)) if messages[i].get("role") == "assistant"), None)
+    if first is None:
+        return None
+    blocks = messages[first].get("content")
+    found = blocks[0].get("type") if isinstance(blocks, list) and blocks else "text"
+    if found not in THINKING_TYPES:
+        return (
+            f"messages.{first}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{found}`. "
+            "When `thinking` is enabled, a final `assistant` message must start with a thinking block "
+            "(preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you include "
+            "thinking blocks from previous turns. To avoid this requirement, disable `thinking`."
+        )
+    return None
+
+
+def _only_tool_results(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return (
+        message.get("role") == "user"
+        and isinstance(content, list)
+        and bool(content)
+        and all(b.get("type") == "tool_result" for b in content)
+    )
 
 
 class Script:
@@ -266,10 +426,23 @@ def build_message(
     turn: dict[str, Any], body: dict[str, Any], cached: dict[str, int] | None = None
 ) -> dict[str, Any]:
     content: list[dict[str, Any]] = list(turn.get("content", []))
+    stopped: str | None = None
     if not content:
-        if turn.get("text"):
-            content.append({"type": "text", "text": turn["text"]})
-        for call in turn.get("tool_calls", []):
+        if thinking_on(body) and turn.get("thinking"):
+            content.append(
+                {"type": "thinking", "thinking": turn["thinking"], "signature": sign(turn["thinking"])}
+            )
+        if thinking_on(body) and turn.get("redacted_thinking"):
+            content.append(
+                {"type": "redacted_thinking", "data": redacted_data(str(turn["redacted_thinking"]))}
+            )
+        text = turn.get("text") or ""
+        stopped = next((s for s in body.get("stop_sequences") or [] if s in text), None)
+        if stopped is not None:
+            text = text[: text.index(stopped)]
+        if text:
+            content.append({"type": "text", "text": text})
+        for call in [] if stopped is not None else turn.get("tool_calls", []):
             content.append(
                 {
                     "type": "tool_use",
@@ -279,7 +452,9 @@ def build_message(
                 }
             )
     has_tools = any(b.get("type") == "tool_use" for b in content)
-    stop = turn.get("stop_reason") or ("tool_use" if has_tools else "end_turn")
+    stop = turn.get("stop_reason") or (
+        "stop_sequence" if stopped else "tool_use" if has_tools else "end_turn"
+    )
     usage = {
         "input_tokens": max(1, len(json.dumps(compact(body.get("messages", [])))) // 4),
         "output_tokens": max(1, len(json.dumps(content)) // 4),
@@ -295,7 +470,7 @@ def build_message(
         "model": body.get("model", "fake-model"),
         "content": content,
         "stop_reason": stop,
-        "stop_sequence": None,
+        "stop_sequence": stopped,
         "usage": usage,
     }
 
@@ -382,6 +557,10 @@ class Handler(BaseHTTPRequestHandler):
         if expected_key and expected_key not in (self.headers.get("x-api-key"), bearer):
             self._json(401, _error(401, "invalid x-api-key"))
             return
+        problem = self._refusal(body)
+        if problem is not None:
+            self._json(400, self._error_body({"status": 400, "message": problem}))
+            return
         if self.headers.get("x-agent-purpose") == "summary":
             # A summary of what no longer fits the context: answered without using a turn.
             excerpt = self._summary_request_text(body)
@@ -410,6 +589,10 @@ class Handler(BaseHTTPRequestHandler):
     def check_request(self, body: dict[str, Any]) -> tuple[int, str] | None:
         """What the real API refuses of the request's blocks (devservers/fakemodel/blocks.py)."""
         return check_messages(body)
+
+    def _refusal(self, body: dict[str, Any]) -> str | None:
+        """Why the real API would refuse this request before any model ran, if it would."""
+        return refusal(body)
 
     def _summary_request_text(self, body: dict[str, Any]) -> str:
         return body["messages"][0]["content"][0]["text"]
@@ -488,6 +671,21 @@ class Handler(BaseHTTPRequestHandler):
                     self._event("content_block_delta", _delta(index, {"type": "text_delta", "text": piece}))
                     if chunk_delay or pace:
                         time.sleep(pace or chunk_delay)
+            elif block["type"] == "thinking":
+                self._event(
+                    "content_block_start",
+                    _block_start(index, {"type": "thinking", "thinking": "", "signature": ""}),
+                )
+                for piece in _chunks(block["thinking"]):
+                    self._event(
+                        "content_block_delta", _delta(index, {"type": "thinking_delta", "thinking": piece})
+                    )
+                    if chunk_delay:
+                        time.sleep(chunk_delay)
+                self._event(
+                    "content_block_delta",
+                    _delta(index, {"type": "signature_delta", "signature": block["signature"]}),
+                )
             elif block["type"] == "tool_use":
                 self._event("content_block_start", _block_start(index, {**block, "input": {}}))
                 self._event(
@@ -507,7 +705,7 @@ class Handler(BaseHTTPRequestHandler):
             "message_delta",
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
                 "usage": {"output_tokens": message["usage"]["output_tokens"]},
             },
         )

@@ -253,7 +253,7 @@ class ScriptedProvider:
         self.limit = limit
         self.calls: list[ProviderCall] = []
 
-    async def complete(self, call: ProviderCall, on_text=None) -> ModelTurn:
+    async def complete(self, call: ProviderCall, on_text=None, on_thinking=None) -> ModelTurn:
         self.calls.append(call)
         if len(str(call.messages)) > self.limit:
             raise _status_error(400, "prompt is too long: 999999 tokens > 200000 maximum")
