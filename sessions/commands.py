@@ -75,6 +75,7 @@ async def resolve_start(client: Client, args: argparse.Namespace) -> SessionInpu
     fields = {
         "user_id": args.user,
         "model": args.model,
+        "fallback_models": args.fallback_models,
         "system": args.system,
         "tools": [t.strip() for t in args.tools.split(",") if t.strip()] if args.tools else None,
         "chat": args.chat or None,
@@ -167,7 +168,10 @@ async def fork(client: Client, args: argparse.Namespace) -> int:
     started, _ = await control.start_input(client, source)
     if args.model is not None:
         start_input.check_model(args.model)
-        started = started.model_copy(update={"model": args.model, "price": price_for(args.model)})
+        fallbacks = [m for m in started.fallback_models if m != args.model]  # a model is never its own
+        started = started.model_copy(
+            update={"model": args.model, "price": price_for(args.model), "fallback_models": fallbacks}
+        )
     session_input = forked_input(started, args.session, state, args.at_step, args.message)
     session_id = args.new_session or f"{args.session}.fork-{uuid.uuid4().hex[:6]}"
     details = (

@@ -5,7 +5,7 @@
 input: it checks the model's provider, reads the definitions, resolves the agent (its
 model, prompt, tools, MCP servers by name, approval rules, limits, and its sub-agents,
 each resolved the same way) with the caller's settings on top, and refuses a cost budget
-for a model without prices. Every refusal is a one-line `BadRequest`; a value that breaks
+for a model or fallback model without prices. Every refusal is a one-line `BadRequest`; a value that breaks
 the input's schema is pydantic's `ValidationError`, which each entry point words its own
 way. The start input is in history, so a later edit of the file never changes a running
 session.
@@ -21,7 +21,15 @@ from activities.providers import split
 from infra.definitions import AgentDefinition, DefinitionError, Definitions, load_definitions
 from infra.errors import BadRequest
 from sessions.pricing import PRICES, price_for
-from workflows.contract import DEFAULT_MODEL, DEFAULT_SYSTEM, AgentSpec, Limits, SessionInput, SubAgent
+from workflows.contract import (
+    DEFAULT_MODEL,
+    DEFAULT_SYSTEM,
+    AgentSpec,
+    Limits,
+    ModelPrice,
+    SessionInput,
+    SubAgent,
+)
 
 # Sub-agents of sub-agents are resolved this deep; an agent already on the path is left
 # out, so a definition that names itself cannot recurse forever.
@@ -43,6 +51,8 @@ def resolve(*, goal: str, agent: str | None, limits: dict[str, Any], fields: dic
     meaning not given."""
     if fields.get("model") is not None:
         check_model(fields["model"])
+    for model in fields.get("fallback_models") or []:
+        check_model(model)
     found = read_definitions()
     try:
         chosen = chosen_agent(found, agent)
@@ -51,11 +61,14 @@ def resolve(*, goal: str, agent: str | None, limits: dict[str, Any], fields: dic
         )
     except DefinitionError as err:
         raise BadRequest(str(err)) from None
-    if resolved.limits.cost_budget_usd is not None and resolved.price is None:
-        raise BadRequest(
-            f"no prices for model {resolved.model!r}, so a cost budget cannot be kept; "
-            f"models with prices: {', '.join(sorted(PRICES))}"
-        )
+    if resolved.limits.cost_budget_usd is not None:
+        for model in resolved.models():
+            if resolved.price_of(model) is None:
+                which = "model" if model == resolved.model else "fallback model"
+                raise BadRequest(
+                    f"no prices for {which} {model!r}, so a cost budget cannot be kept; "
+                    f"models with prices: {', '.join(sorted(PRICES))}"
+                )
     return resolved
 
 
@@ -106,11 +119,27 @@ def agent_spec(definitions: Definitions, name: str, path: tuple[str, ...] = ()) 
 def _subagent(definitions: Definitions, name: str, path: tuple[str, ...]) -> SubAgent:
     definition = definitions.agent(name)
     model = definition.model or DEFAULT_MODEL
+    fallbacks = _fallback_models(definition.fallback_models or [], f"agents.{name}.fallback_models")
     return SubAgent(
         name=name, description=definition.description, model=model, system=definition.system or DEFAULT_SYSTEM,
         limits=Limits(**agent_limits(definition, {})), price=price_for(model), tools=definition.tools,
-        agent=agent_spec(definitions, name, path),
+        agent=agent_spec(definitions, name, path), fallback_models=fallbacks, fallback_prices=fallback_prices(fallbacks),
     )  # fmt: skip
+
+
+def fallback_prices(models: list[str]) -> dict[str, ModelPrice]:
+    """The prices known for the fallback models, by model."""
+    return {model: price for model in models if (price := price_for(model)) is not None}
+
+
+def _fallback_models(models: list[str], where: str) -> list[str]:
+    """An agent's fallback models, each with a known provider."""
+    for model in models:
+        try:
+            split(model)
+        except ApplicationError as err:
+            raise DefinitionError(f"{where}: {err.message}") from None
+    return models
 
 
 def session_input(
@@ -120,11 +149,14 @@ def session_input(
     given = {k: v for k, v in fields.items() if v is not None}
     if agent is None:
         return SessionInput(
-            goal=goal, limits=Limits(**limits), price=price_for(given.get("model", DEFAULT_MODEL)), **given
-        )
+            goal=goal, limits=Limits(**limits), price=price_for(given.get("model", DEFAULT_MODEL)),
+            fallback_prices=fallback_prices(given.get("fallback_models", [])), **given,
+        )  # fmt: skip
     definition = definitions.agent(agent)
     settings: dict[str, Any] = {
         "model": definition.model,
+        "fallback_models": definition.fallback_models
+        and _fallback_models(definition.fallback_models, f"agents.{agent}.fallback_models"),
         "system": definition.system,
         "tools": definition.tools,
     }
@@ -132,6 +164,7 @@ def session_input(
     model = settings.get("model", DEFAULT_MODEL)
     return SessionInput(
         goal=goal, limits=Limits(**agent_limits(definition, limits)), price=price_for(model),
+        fallback_prices=fallback_prices(settings.get("fallback_models", [])),
         agent=agent_spec(definitions, agent), **settings,
     )  # fmt: skip
 

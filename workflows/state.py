@@ -61,6 +61,9 @@ class SessionState(BaseModel):
     # those not yet in a trace turn (before the first, and during a model call).
     temporal_actions: int = 0
     unattributed_actions: int = 0
+    # The model of the latest call when it was a fallback model (None: the session's
+    # `model`); the next call in the same tool loop starts with it (workflows/model_calls.py).
+    model_in_use: str | None = None
 
     @field_validator("calls", mode="before")
     @classmethod

@@ -17,7 +17,7 @@ import anthropic
 import httpx2 as httpx
 from temporalio.exceptions import ApplicationError
 
-from activities.model_errors import IncompleteResponse, SdkErrors, classify, terminal
+from activities.model_errors import MODEL_AUTH, IncompleteResponse, SdkErrors, classify, terminal
 from activities.providers.base import ModelTurn, OnText, ProviderCall
 from activities.wire import Message, StopReason, Usage
 
@@ -46,7 +46,8 @@ class AnthropicProvider:
             if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
                 # No retry can fix this: fail the session with what to do.
                 raise terminal(
-                    "ANTHROPIC_API_KEY is not set in the worker's environment; set it and restart the worker"
+                    "ANTHROPIC_API_KEY is not set in the worker's environment; set it and restart the worker",
+                    MODEL_AUTH,
                 )
             self._client = anthropic.AsyncAnthropic(max_retries=0, timeout=TIMEOUT_S)
         return self._client
