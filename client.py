@@ -42,6 +42,11 @@ def add_session_flags(command: argparse.ArgumentParser) -> None:
         help=f"provider:model (default: the agent's, else {DEFAULT_MODEL})",
     )
     command.add_argument(
+        "--fallback-model", action="append", metavar="M", dest="fallback_models",
+        help="provider:model that makes a step when the one before is unavailable, rate limited or refuses "
+             "the key (repeatable, tried in order; default: the agent's)",
+    )  # fmt: skip
+    command.add_argument(
         "--user", default=os.environ.get("AGENT_USER", "anonymous"), help="user the session acts for"
     )
     command.add_argument("--max-steps", type=positive_int, help="most model calls (default 20)")

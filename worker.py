@@ -27,6 +27,11 @@ the service's event stream) over HTTP on `--live-host` (default 127.0.0.1) and
 (`PID@HOST live=http://...`), where a follower finds it; the text never enters Temporal
 (activities/live_server.py). `--no-live` turns it off: followers then see the text with each turn.
 
+Model calls run on a task queue of their own, `<queue>-model`, which this worker polls
+too (activities/model_queue.py). `--model-calls-per-second N` (or
+`AGENT_MODEL_CALLS_PER_SECOND`) has the Temporal server start at most N of them a second
+across every worker of the queue together: ten workers on one API key share one rate.
+
 `--deployment NAME --build-id ID` registers the worker as one version of a Temporal
 Worker Deployment (docs/operations/deployment.md); without them it runs unversioned.
 SIGTERM drains: polling stops, running model calls and tools get `--drain-seconds` to
@@ -89,6 +94,17 @@ MIN_HEARTBEAT_TIMEOUT_S = 1.0
 # second), so a throttle below that spacing sends each beat they count, and a cancel
 # reaches a heartbeating activity within one beat.
 HEARTBEAT_THROTTLE = timedelta(seconds=0.5)
+# The Worker options the model call worker shares with the session worker: who it is, how
+# it drains, and its activity capacity (activities/model_queue.py).
+MODEL_WORKER_OPTIONS = (
+    "identity",
+    "interceptors",
+    "deployment_config",
+    "graceful_shutdown_timeout",
+    "max_concurrent_activities",
+    "activity_task_poller_behavior",
+)
+MODEL_CALLS_PER_SECOND_ENV = "AGENT_MODEL_CALLS_PER_SECOND"
 
 
 def load_tools(spec: str) -> list[Tool]:
@@ -171,6 +187,7 @@ def build_worker(
     workflow: type | None = None,
     heartbeat_timeout: timedelta | None = None,
     live: tuple[str, int] | None = LIVE_DEFAULT,
+    model_calls_per_second: float | None = None,
     **options,
 ) -> Worker:
     """The worker with the session workflow (default `AgentWorkflow`), the model activity
@@ -184,12 +201,17 @@ def build_worker(
     (`--live-host`, `--live-port`); None: nowhere (`--no-live`). `notify` delivers the
     sessions' notifications (default: with this process's `AGENT_WEBHOOK_SECRET`,
     `AGENT_NOTIFY_ALLOW` and `AGENT_NOTIFY_RETRY`).
+
+    The worker runs a second worker beside it, with the same identity, for the model calls'
+    own task queue (activities/model_queue.py); `model_calls_per_second` is that queue's
+    rate across every worker (`--model-calls-per-second`; default: none).
     """
     from temporalio.worker import UnsandboxedWorkflowRunner, Worker
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
     from activities.mcp import McpActivities
     from activities.model import ModelActivities
+    from activities.model_queue import ModelQueueWorker
     from activities.notify import NotifyActivities
     from activities.tools import ToolActivities
     from infra.connection import task_queue
@@ -198,6 +220,7 @@ def build_worker(
     from workflows.agent import AgentWorkflow
     from workflows.interceptors import HeartbeatTimeout, Metering, NotifyRetry
     from workflows.notify import NotifyWorkflow
+    from workflows.options import model_task_queue
 
     if sandboxed is None:
         sandboxed = os.environ.get("AGENT_WORKFLOW_SANDBOX", "") not in ("", "0")
@@ -214,7 +237,7 @@ def build_worker(
         interceptors.append(NotifyRetry(notify.schedule))
     options["interceptors"] = [*interceptors, *options.get("interceptors", [])]
     throttle = min(HEARTBEAT_THROTTLE, heartbeat_timeout / 6) if heartbeat_timeout else HEARTBEAT_THROTTLE
-    make: Callable[..., Worker] = Worker
+    make: Callable[..., Worker] = ModelQueueWorker
     if live is not None:
         from activities.live_server import LiveServer, LiveWorker, with_live
 
@@ -224,18 +247,29 @@ def build_worker(
     if workflow is None:
         # `wf=<fingerprint>`: followers replay this worker's histories only with the same code.
         options["identity"] = with_fingerprint(options.get("identity") or client.identity)
+    queue = queue or task_queue()
+    model = model or ModelActivities()
+    throttles = {"max_heartbeat_throttle_interval": throttle, "default_heartbeat_throttle_interval": throttle}
+    model_worker = Worker(
+        client,
+        task_queue=model_task_queue(queue),
+        activities=[model.call_model],
+        max_task_queue_activities_per_second=model_calls_per_second,
+        **throttles,
+        **{k: v for k, v in options.items() if k in MODEL_WORKER_OPTIONS},
+    )
     return make(
         client,
-        task_queue=queue or task_queue(),
+        task_queue=queue,
         workflows=[workflow or AgentWorkflow, NotifyWorkflow],
         activities=[
-            (model or ModelActivities()).call_model,
+            model.call_model,  # the calls of sessions recorded before the model calls' own queue
             *ToolActivities(tools).activities(),
             *(mcp or McpActivities(load_definitions().mcp_servers)).activities(),
             *notify.activities(),
         ],
-        max_heartbeat_throttle_interval=throttle,
-        default_heartbeat_throttle_interval=throttle,
+        model_worker=model_worker,
+        **throttles,
         **options,
     )
 
@@ -257,6 +291,19 @@ def live_port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, not {text}")
     return port
+
+
+def model_calls_per_second(flag: float | None) -> float | None:
+    """`--model-calls-per-second`, else `AGENT_MODEL_CALLS_PER_SECOND`; None: no limit."""
+    if flag is not None:
+        return flag
+    text = os.environ.get(MODEL_CALLS_PER_SECOND_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        return positive_float(text)
+    except argparse.ArgumentTypeError as err:
+        raise ConfigError(f"{MODEL_CALLS_PER_SECOND_ENV}: {err}") from None
 
 
 def check_definitions(definitions: Definitions, tools: list[Tool]) -> None:
@@ -317,6 +364,11 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="serve no live text: followers see the model's text when each turn is recorded",
     )
+    parser.add_argument(
+        "--model-calls-per-second", type=positive_float, metavar="N",
+        help="model calls the Temporal server starts a second on this task queue, across every worker "
+             f"together (give each worker the same; default: ${MODEL_CALLS_PER_SECOND_ENV}, else no limit)",
+    )  # fmt: skip
     add_capacity_flags(parser)
     # module:NAME of another workflow class, for the deploy tests' second build.
     parser.add_argument("--workflow", help=argparse.SUPPRESS)
@@ -343,6 +395,7 @@ async def main() -> None:
         check_definitions(definitions, tools)
         notify = NotifyActivities.from_env()
         versioning = deployment_config(args.deployment, args.build_id)
+        rate = model_calls_per_second(args.model_calls_per_second)
         metrics = otel.metrics(args.metrics_port)
         client = await connect(**({"runtime": metrics.runtime} if metrics else {}))
         mcp = McpActivities(definitions.mcp_servers)
@@ -350,7 +403,7 @@ async def main() -> None:
             client, tools, mcp=mcp, notify=notify, sandboxed=args.sandbox or None, workflow=workflow,
             deployment_config=versioning, graceful_shutdown_timeout=timedelta(seconds=args.drain_seconds),
             heartbeat_timeout=args.heartbeat_timeout, **capacity_options(args),
-            live=None if args.no_live else (args.live_host, args.live_port),
+            live=None if args.no_live else (args.live_host, args.live_port), model_calls_per_second=rate,
         )  # fmt: skip
     except (Unreachable, DefinitionError, ConfigError, BadConfiguration) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -365,6 +418,8 @@ async def main() -> None:
     where = f", deployment {args.deployment} build {args.build_id}" if versioning else ""
     if args.heartbeat_timeout:
         where += f", heartbeat timeout {args.heartbeat_timeout.total_seconds():g} s"
+    if rate is not None:
+        where += f", at most {rate:g} model calls a second across the workers"
     where += (
         f", live text on {url}" if (url := live_url(worker.config().get("identity"))) else ", no live text"
     )

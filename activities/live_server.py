@@ -33,9 +33,9 @@ from typing import Any
 from pydantic import TypeAdapter
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import DataConverter
-from temporalio.worker import Worker
 
 from activities.deltas import LIVE, LiveCalls
+from activities.model_queue import ModelQueueWorker
 from activities.wire import LiveDelta, TextDelta, ThinkingDelta
 from infra.errors import ConfigError
 
@@ -196,11 +196,12 @@ class LiveServer:
         self.url = None
 
 
-class LiveWorker(Worker):
-    """A Worker that serves its live text while it runs (`build_worker` makes one)."""
+class LiveWorker(ModelQueueWorker):
+    """A Worker that serves its live text while it and its model call worker run
+    (`build_worker` makes one)."""
 
     def __init__(self, *args: Any, live: LiveServer, **kwargs: Any):
-        super().__init__(*args, **kwargs)  # pyright: ignore[reportUnknownMemberType]  (the SDK's activities parameter is an untyped callable)
+        super().__init__(*args, **kwargs)
         self.live = live
 
     async def run(self) -> None:

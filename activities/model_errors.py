@@ -7,6 +7,13 @@ the provider: the type names the workflow reacts to, the HTTP status table (408,
 429 and 5xx, 529 included, are retried; every other 4xx is terminal with the provider's
 message), the Retry-After headers, honoured through `next_retry_delay`, and the order in
 which a failure is looked at.
+
+The types also say which failures a session with fallback models answers with its next
+model (`FALLS_BACK`, read by workflows/model_calls.py): rate limited (429,
+`ModelRateLimited`), unavailable (5xx, 529, a timeout, a lost connection:
+`ModelRetryable`) and refused credentials (401, 403: `ModelAuth`, never retried). An
+invalid request (400, 413, 422, a prompt that does not fit) is the same for every model,
+and does not fall back.
 """
 
 from __future__ import annotations
@@ -25,9 +32,14 @@ MAX_RETRY_AFTER = timedelta(minutes=5)
 
 # Error types the workflow reacts to by name.
 MODEL_RETRYABLE = "ModelRetryable"
+MODEL_RATE_LIMITED = "ModelRateLimited"  # 429: retried, and a fallback model's turn after its retries
+MODEL_AUTH = "ModelAuth"  # 401, 403: the key is refused; never retried, a fallback model's turn at once
 MODEL_TERMINAL = "ModelTerminal"
 PROMPT_TOO_LONG = "PromptTooLong"
 TRANSCRIPT_MISSING = "TranscriptMissing"
+# The failures after which a session with fallback models makes the same step with the next.
+FALLS_BACK = frozenset({MODEL_RETRYABLE, MODEL_RATE_LIMITED, MODEL_AUTH})
+AUTH_STATUS = {401, 403}
 
 
 class IncompleteResponse(Exception):
@@ -63,9 +75,11 @@ def _http_date(value: str | None) -> float | None:
     return parsed.timestamp() - time.time() if parsed is not None else None
 
 
-def retryable(text: str, headers: Mapping[str, str] | None = None) -> ApplicationError:
+def retryable(
+    text: str, headers: Mapping[str, str] | None = None, type: str = MODEL_RETRYABLE
+) -> ApplicationError:
     """A failure Temporal retries, after the delay the provider asked for if it did."""
-    return ApplicationError(text, type=MODEL_RETRYABLE, next_retry_delay=retry_after(headers))
+    return ApplicationError(text, type=type, next_retry_delay=retry_after(headers))
 
 
 def terminal(text: str, type: str = MODEL_TERMINAL) -> ApplicationError:
@@ -78,10 +92,14 @@ def for_status(
 ) -> ApplicationError:
     """An HTTP error answer; `prompt_too_long` is the provider's own reading of its body."""
     text = f"model {status}: {message}"
+    if status == 429:
+        return retryable(text, headers, MODEL_RATE_LIMITED)
     if status in RETRYABLE_STATUS or status >= 500:
         return retryable(text, headers)
     if status == 400 and prompt_too_long:
         return terminal(text, PROMPT_TOO_LONG)
+    if status in AUTH_STATUS:
+        return terminal(text, MODEL_AUTH)
     return terminal(text)
 
 

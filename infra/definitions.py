@@ -52,6 +52,8 @@ class AgentDefinition(BaseModel):
     model_config = ConfigDict(extra="forbid")
     description: str = Field(default="", max_length=2000)
     model: str | None = Field(default=None, min_length=1, max_length=200)
+    # Tried in turn when a step's model is unavailable, rate limited or refuses the key.
+    fallback_models: list[str] | None = Field(default=None, max_length=5)
     system: str | None = Field(default=None, max_length=200_000)
     tools: list[str] | None = None  # Python tools by name; None: every tool the worker has
     mcp_servers: list[str] = Field(default_factory=list)

@@ -64,7 +64,8 @@ async def _session_input(body: schemas.StartSession, user: User, owned: Owners) 
     limits = {"max_steps": body.max_steps, "token_budget": body.token_budget,
               "cost_budget_usd": body.cost_budget, "timeout_seconds": body.timeout}  # fmt: skip
     fields = {
-        "user_id": user.name, "model": body.model, "system": body.system, "chat": body.chat or None,
+        "user_id": user.name, "model": body.model, "fallback_models": body.fallback_models,
+        "system": body.system, "chat": body.chat or None,
         "search_attributes": await owned.has_search_attributes(),
         "output_schema": body.output_schema,
         "notify": body.notify,

@@ -22,6 +22,10 @@ class StartSession(Body):
     session_id: str | None = Field(default=None, pattern=SESSION_ID)
     system: str | None = Field(default=None, max_length=200_000)
     model: str | None = Field(default=None, min_length=1, max_length=200)
+    fallback_models: list[str] | None = Field(
+        default=None, max_length=5,
+        description="models tried in turn when a step's model is unavailable, rate limited or refuses the key",
+    )  # fmt: skip
     max_steps: int | None = Field(default=None, ge=1)
     token_budget: int | None = Field(default=None, ge=1)
     cost_budget: float | None = Field(default=None, gt=0, description="USD")

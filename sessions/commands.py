@@ -76,6 +76,7 @@ async def resolve_start(client: Client, args: argparse.Namespace) -> SessionInpu
     fields = {
         "user_id": args.user,
         "model": args.model,
+        "fallback_models": args.fallback_models,
         "system": args.system,
         "tools": [t.strip() for t in args.tools.split(",") if t.strip()] if args.tools else None,
         "chat": args.chat or None,
@@ -196,7 +197,10 @@ async def fork(client: Client, args: argparse.Namespace) -> int:
         start_input.check_attachments_for(args.model, [(a.name, a.media_type) for a in started.attachments])
         if started.model_settings is not None:  # what the source runs with, against the new model
             start_input.check_settings(started.model_settings, args.model, started.limits.max_tokens)
-        started = started.model_copy(update={"model": args.model, "price": price_for(args.model)})
+        fallbacks = [m for m in started.fallback_models if m != args.model]  # a model is never its own
+        started = started.model_copy(
+            update={"model": args.model, "price": price_for(args.model), "fallback_models": fallbacks}
+        )
     session_input = forked_input(started, args.session, state, args.at_step, args.message)
     session_id = args.new_session or f"{args.session}.fork-{uuid.uuid4().hex[:6]}"
     details = (

@@ -78,6 +78,8 @@ def forked_state(session_id: str, state: SessionState, step: int, message: str |
             # a typed answer is given afresh
             "output": None, "has_output": False, "invalid_answers": 0,
             "notifications_sent": 0, "notifications": Notifications(),
+            # its steps start with the session's model, as a new run's do
+            "model_in_use": None,
         },
     )  # fmt: skip
     return forked.model_copy(deep=True)  # shares nothing with the source's state

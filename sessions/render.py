@@ -34,7 +34,8 @@ def session_details(session: SessionInput) -> str:
     limits = session.limits
     lines = [
         *([f"**agent** {session.agent.name}"] if session.agent else []),
-        f"**model** {session.model} (prompt {session.prompt_version})",
+        f"**model** {session.model} (prompt {session.prompt_version})"
+        + (f", falling back to {', '.join(session.fallback_models)}" if session.fallback_models else ""),
         f"**user** {session.user_id}",
         f"**limits** {limits.max_steps} steps, {limits.token_budget} tokens, "
         f"{limits.timeout_seconds:g}s" + (f", ${limits.cost_budget_usd:g}" if limits.cost_budget_usd else ""),
@@ -56,6 +57,10 @@ def print_status(snapshot: SessionStatus, link: str) -> None:
         f"steps {snapshot.steps} · {_totals(snapshot.usage.model_dump(), snapshot.cost_usd)} · "
         f"{snapshot.temporal_actions} Temporal actions"
     )
+    if snapshot.model_in_use and snapshot.model_in_use != snapshot.model:
+        console.print(
+            f"[yellow]model in use:[/] {escape(snapshot.model_in_use)} (a fallback of {escape(snapshot.model)})"
+        )
     for pending in snapshot.pending_approvals:
         print_approval_hint(snapshot.session_id, pending.tool_use_id, pending.name, pending.input)
     if snapshot.stuck is not None:
@@ -78,6 +83,8 @@ def print_history(found: SessionHistory) -> None:
             + (f" · ${turn.cost_usd:.4f}" if turn.cost_usd is not None else "")
             + f" · {turn.temporal_actions} actions"
         )
+        for tried in turn.fallback:
+            console.print(f"[yellow]fell back from {escape(tried.model)}:[/] {escape(tried.reason)}")
         if turn.text:
             console.print(escape(turn.text))
         for tool_use_id in turn.tool_use_ids:

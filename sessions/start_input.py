@@ -5,7 +5,7 @@
 input: it checks the model's provider, reads the definitions, resolves the agent (its
 model, prompt, tools, MCP servers by name, approval rules, limits, and its sub-agents,
 each resolved the same way) with the caller's settings on top, and refuses a cost budget
-for a model without prices and a notification URL that `AGENT_NOTIFY_ALLOW` does not
+for a model or fallback model without prices and a notification URL that `AGENT_NOTIFY_ALLOW` does not
 allow (infra/notify.py; the caller's `notify` list replaces the agent's). Model settings
 (thinking, temperature, top_p, stop sequences, tool choice: the agent's, then the
 caller's) are checked against what the model's API refuses (`check_settings`). Every
@@ -48,6 +48,7 @@ from workflows.contract import (
     AgentSpec,
     Attachment,
     Limits,
+    ModelPrice,
     ModelSettings,
     SessionInput,
     SubAgent,
@@ -87,6 +88,8 @@ def resolve(
     reference)."""
     if fields.get("model") is not None:
         check_model(fields["model"])
+    for model in fields.get("fallback_models") or []:
+        check_model(model)
     found = read_definitions()
     try:
         chosen = chosen_agent(found, agent)
@@ -97,11 +100,14 @@ def resolve(
         raise BadRequest(str(err)) from None
     definition = found.agent(chosen) if chosen is not None else None
     resolved.model_settings = model_settings(definition, settings or {}, resolved)
-    if resolved.limits.cost_budget_usd is not None and resolved.price is None:
-        raise BadRequest(
-            f"no prices for model {resolved.model!r}, so a cost budget cannot be kept; "
-            f"models with prices: {', '.join(sorted(PRICES))}"
-        )
+    if resolved.limits.cost_budget_usd is not None:
+        for model in resolved.models():
+            if resolved.price_of(model) is None:
+                which = "model" if model == resolved.model else "fallback model"
+                raise BadRequest(
+                    f"no prices for {which} {model!r}, so a cost budget cannot be kept; "
+                    f"models with prices: {', '.join(sorted(PRICES))}"
+                )
     check_output_schema(resolved)
     if attachments:
         resolved = resolved.model_copy(update={"attachments": attach(resolved.model, attachments)})
@@ -248,10 +254,11 @@ def agent_spec(definitions: Definitions, name: str, path: tuple[str, ...] = ()) 
 def _subagent(definitions: Definitions, name: str, path: tuple[str, ...]) -> SubAgent:
     definition = definitions.agent(name)
     model = definition.model or DEFAULT_MODEL
+    fallbacks = _fallback_models(definition.fallback_models or [], f"agents.{name}.fallback_models")
     sub = SubAgent(
         name=name, description=definition.description, model=model, system=definition.system or DEFAULT_SYSTEM,
         limits=Limits(**agent_limits(definition, {})), price=price_for(model), tools=definition.tools,
-        agent=agent_spec(definitions, name, path),
+        agent=agent_spec(definitions, name, path), fallback_models=fallbacks, fallback_prices=fallback_prices(fallbacks),
     )  # fmt: skip
     try:
         sub.model_settings = model_settings(definition, {}, sub)
@@ -336,6 +343,21 @@ def check_tool_choice(choice: str | None, tools: list[str] | None, agent: AgentS
     )
 
 
+def fallback_prices(models: list[str]) -> dict[str, ModelPrice]:
+    """The prices known for the fallback models, by model."""
+    return {model: price for model in models if (price := price_for(model)) is not None}
+
+
+def _fallback_models(models: list[str], where: str) -> list[str]:
+    """An agent's fallback models, each with a known provider."""
+    for model in models:
+        try:
+            split(model)
+        except ApplicationError as err:
+            raise DefinitionError(f"{where}: {err.message}") from None
+    return models
+
+
 def session_input(
     definitions: Definitions, agent: str | None, *, goal: str, limits: dict[str, Any], fields: dict[str, Any]
 ) -> SessionInput:
@@ -343,11 +365,14 @@ def session_input(
     given = {k: v for k, v in fields.items() if v is not None}
     if agent is None:
         return SessionInput(
-            goal=goal, limits=Limits(**limits), price=price_for(given.get("model", DEFAULT_MODEL)), **given
-        )
+            goal=goal, limits=Limits(**limits), price=price_for(given.get("model", DEFAULT_MODEL)),
+            fallback_prices=fallback_prices(given.get("fallback_models", [])), **given,
+        )  # fmt: skip
     definition = definitions.agent(agent)
     settings: dict[str, Any] = {
         "model": definition.model,
+        "fallback_models": definition.fallback_models
+        and _fallback_models(definition.fallback_models, f"agents.{agent}.fallback_models"),
         "system": definition.system,
         "tools": definition.tools,
         "output_schema": agent_output_schema(definition),
@@ -357,6 +382,7 @@ def session_input(
     model = settings.get("model", DEFAULT_MODEL)
     return SessionInput(
         goal=goal, limits=Limits(**agent_limits(definition, limits)), price=price_for(model),
+        fallback_prices=fallback_prices(settings.get("fallback_models", [])),
         agent=agent_spec(definitions, agent), **settings,
     )  # fmt: skip
 

@@ -307,6 +307,13 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
         {"_fields": lambda: {"notify": [f"{RECEIVER['url']}hook"]}},
         approve_once_notified,
     ),
+    # Overloaded twice: the same step and the tool loop after it on the fallback model
+    # (the same fake answers both models).
+    "fallback": (
+        [{"status": 529, "message": "Overloaded", "times": 2}, tool_use("get_time", id="t1"), answer("noon")],
+        {"model": "anthropic:claude-sonnet-4-6", "fallback_models": ["anthropic:claude-haiku-4-5"]},
+        nothing,
+    ),
 }
 
 

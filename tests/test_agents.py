@@ -293,7 +293,7 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
         transcript_ref="ref", specs=[spec], calls=calls, trace=[turn(1, 1), turn(2, 1)], repeats={"x": 2},
         steps=2, usage=Usage(input_tokens=99), cost_usd=9.0, paused=True, idle=True, closing=True, queue=["next"],
         user_turns=2, answer="a", run_started_at=t0, cancel_requested="stop", ending=Ending(status="cancelled"),
-        updated_at=t0 + timedelta(hours=1), transcript_resends=5, subagent_runs=2,
+        updated_at=t0 + timedelta(hours=1), transcript_resends=5, subagent_runs=2, model_in_use="openai:gpt-4o",
         child_approvals={"s.sub-2": [PendingApproval(tool_use_id="c", name="n", input={})]},
     )  # fmt: skip
     fork = forked_state("s", source, 1, None)
@@ -314,12 +314,13 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
         None,
         None,
     )
-    assert fork.stream_state is None and fork.child_approvals == {}
+    assert fork.stream_state is None and fork.child_approvals == {} and fork.model_in_use is None
     # everything else as it was
     assert fork.specs == [spec] and fork.subagent_runs == 2 and fork.started_at == t0
     changed = {"messages", "unsent", "transcript_ref", "calls", "trace", "steps", "usage", "cost_usd",
                "transcript_resends", "repeats", "user_turns", "answer", "runs", "paused", "idle", "closing", "queue",
-               "run_started_at", "cancel_requested", "ending", "updated_at", "stream_state", "child_approvals"}  # fmt: skip
+               "run_started_at", "cancel_requested", "ending", "updated_at", "stream_state", "child_approvals",
+               "model_in_use"}  # fmt: skip
     for field in SessionState.model_fields.keys() - changed:
         assert getattr(fork, field) == getattr(source, field), field
     # and shares nothing with the source

@@ -76,6 +76,7 @@ class AgentWorkflow:
 
     @workflow.run
     async def run(self, input: SessionInput) -> SessionStatus:
+        self.model.start()
         self.session.view.changed()
         spans.session_started(self.session)
         handover = False
@@ -283,8 +284,10 @@ class AgentWorkflow:
 
     def _check_input(self) -> str | None:
         input = self.session.input
-        if input.limits.cost_budget_usd is not None and input.price is None:
-            return f"a cost budget needs prices for model {input.model!r}, and there are none"
+        if input.limits.cost_budget_usd is not None:
+            for model in input.models():
+                if input.price_of(model) is None:
+                    return f"a cost budget needs prices for model {model!r}, and there are none"
         return None
 
     def _check_tool_choice(self) -> str | None:

@@ -12,6 +12,7 @@ from activities.wire import ContentBlock, DocumentBlock, ImageBlock, Message, St
 from activities.wire import ModelSettings as ModelSettings  # a wire type, re-exported
 from infra.model_names import DEFAULT_MODEL
 from workflows.records import CallStatus as CallStatus  # a wire type, re-exported
+from workflows.records import Fallback as Fallback  # a wire type, re-exported
 from workflows.records import Notifications, PendingApproval, RunStatus, ToolCallRecord, TraceTurn
 from workflows.state import SessionState
 
@@ -22,6 +23,7 @@ STUCK = "stuck"
 # The error type of an update refused because an edited tool input breaks the tool's schema.
 INVALID_TOOL_INPUT = "InvalidToolInput"
 SessionStopReason = Literal["max_steps", "token_budget", "timeout", "cost_budget", "max_tokens", "refusal"]
+MAX_FALLBACK_MODELS = 5
 DEFAULT_SYSTEM = "You are a careful assistant. Use the tools when they help, then answer briefly."
 
 
@@ -94,6 +96,8 @@ class SubAgent(BaseModel):
     tools: list[str] | None = None
     agent: AgentSpec
     model_settings: ModelSettings | None = None
+    fallback_models: list[str] = Field(default_factory=list)
+    fallback_prices: dict[str, ModelPrice] = Field(default_factory=dict)
 
 
 class Attachment(BaseModel):
@@ -138,6 +142,10 @@ class SessionInput(BaseModel):
     prompt_version: str = "v1"
     limits: Limits = Field(default_factory=Limits)
     price: ModelPrice | None = None
+    # Models that make a step in turn when the one before fails as unavailable, rate
+    # limited or refusing the key (workflows/model_calls.py), and the prices known for them.
+    fallback_models: list[str] = Field(default_factory=list, max_length=MAX_FALLBACK_MODELS)
+    fallback_prices: dict[str, ModelPrice] = Field(default_factory=dict)
     tools: list[str] | None = None  # None: every tool the worker has
     stream: bool = True
     # A chat session waits for the next message after each answer, until closed or idle.
@@ -178,6 +186,30 @@ class SessionInput(BaseModel):
         if fields.get("state") is None:
             fields["state"] = carried
         return fields
+
+    @field_validator("fallback_models")
+    @classmethod
+    def _fallbacks_distinct(cls, models: list[str]) -> list[str]:
+        for model in models:
+            if not model.strip() or len(model) > 200:
+                raise ValueError(f"{model!r} is not a model name")
+        if len(set(models)) != len(models):
+            raise ValueError("a fallback model is named twice")
+        return models
+
+    @model_validator(mode="after")
+    def _fallbacks_not_the_model(self) -> SessionInput:
+        if self.model in self.fallback_models:
+            raise ValueError(f"the model {self.model!r} is its own fallback model")
+        return self
+
+    def models(self) -> list[str]:
+        """The model, then its fallback models, in the order a step tries them."""
+        return [self.model, *self.fallback_models]
+
+    def price_of(self, model: str) -> ModelPrice | None:
+        """The price of one of the session's models; None when it has none."""
+        return self.price if model == self.model else self.fallback_prices.get(model)
 
     @field_validator("goal")
     @classmethod
@@ -223,6 +255,8 @@ class SessionStatus(BaseModel):
     queued_messages: int = 0
     runs: int = 1
     model: str
+    # The model the latest step was made with: `model`, or a fallback model while one is in use.
+    model_in_use: str | None = None
     user_id: str
     limits: Limits
     started_at: datetime

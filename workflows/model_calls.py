@@ -12,11 +12,11 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from activities.model import ModelActivities
-    from activities.model_errors import TRANSCRIPT_MISSING
+    from activities.model_errors import FALLS_BACK, MODEL_RATE_LIMITED, TRANSCRIPT_MISSING
     from activities.wire import (
         Message,
         ModelReply,
@@ -26,11 +26,19 @@ with workflow.unsafe.imports_passed_through():
         tool_specs_text,
     )
     from workflows import options, spans
-    from workflows.contract import ToolCallRecord, TraceTurn
+    from workflows.contract import Fallback, ToolCallRecord, TraceTurn
     from workflows.events import TurnRecorded
     from workflows.metering import history_length
     from workflows.session import Finished, Session, describe_failure, error_type, was_cancelled
     from workflows.typed_output import INSTRUCTION
+
+
+class FallBack(Exception):
+    """The model in use failed in a way its fallback model may not: the step goes on to it."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
 
 
 class ModelCaller:
@@ -39,37 +47,99 @@ class ModelCaller:
         self.state = session.state
         self.tools_sent = False  # each run sends the tool specs inline once
         self._resent = 0  # for the trace turn of the reply being recorded
+        self._fallback: list[Fallback] = []  # for the trace turn of the reply being recorded
+        self._model = session.input.model  # the model that made the call being recorded
+        # Whether the calls go to the model calls' own queue, rate-limited there when the
+        # workers say so (the SDK dispatches eagerly only on the workflow's own queue, which
+        # would pass the rate by); runs recorded before it call on the session's queue.
+        # `start` decides, once per run.
+        self.own_queue = False
+
+    def start(self) -> None:
+        """Decide at the run's first workflow task, where a replay sees the same patch markers
+        as the run did (a patch first asked for after a local activity may not be)."""
+        self.own_queue = self.session.meter.patched(options.MODEL_QUEUE_PATCH)
 
     async def call(self) -> ModelReply:
-        """Call the model with what is new since the last call; a lost transcript is sent whole, once."""
-        request = self._request()
+        """Call the model with what is new since the last call; a lost transcript is sent
+        whole, once. With fallback models, a model that fails as unavailable, rate limited
+        or refusing the key hands the same step to the next one."""
         self._resent = 0
+        self._fallback = []
         self.session.meter.to_next_turn = True  # from here, actions go to the turn this call records
+        models = self._models()
+        for index, model in enumerate(models):
+            try:
+                reply = await self._call_with(model, last=index == len(models) - 1)
+            except FallBack as why:
+                self._fallback.append(Fallback(model=model, reason=why.reason))
+                continue
+            self._model = model
+            self.state.model_in_use = model if model != self.session.input.model else None
+            self.state.transcript_ref = reply.transcript_ref
+            self.state.unsent = []
+            self.tools_sent = True
+            return reply
+        raise RuntimeError("no model to call")  # the last model never falls back
+
+    def _models(self) -> list[str]:
+        """The models this step may try, in order: from the fallback model in use while the
+        model's tool loop goes on (a loop never moves back half way), else from the first."""
+        models = self.session.input.models()
+        in_use, trace = self.state.model_in_use, self.state.trace
+        looping = bool(trace) and trace[-1].stop_reason in ("tool_use", "pause_turn")
+        if in_use in models and looping:
+            return models[models.index(in_use) :]
+        return models
+
+    async def _call_with(self, model: str, *, last: bool) -> ModelReply:
+        """The reply of `model`; `FallBack` when a failure leaves the step to the next model."""
+        limits = self.session.input.limits
+        if last:
+            return self._finished_on_failure(await self._attempts(model, options.model_call(limits)))
+        outcome = await self._attempts(model, options.model_call_before_fallback(limits))
+        if isinstance(outcome, ActivityError) and error_type(outcome) == MODEL_RATE_LIMITED:
+            rest = options.model_call_rate_limited(limits)
+            if rest is not None:
+                outcome = await self._attempts(model, rest)
+        if isinstance(outcome, ActivityError) and _falls_back(outcome):
+            raise FallBack(describe_failure(outcome, "model call"))
+        return self._finished_on_failure(outcome)
+
+    def _finished_on_failure(self, outcome: ModelReply | ActivityError) -> ModelReply:
+        if isinstance(outcome, ActivityError):
+            raise Finished("failed", error=describe_failure(outcome, "model call")) from outcome
+        return outcome
+
+    async def _attempts(
+        self, model: str, call_options: options.ActivityOptions
+    ) -> ModelReply | ActivityError:
+        """One model activity with `call_options` (and the whole transcript once more if the
+        store lost it): the reply, or the failure it ended in."""
+        request = self._request(model)
         try:
-            reply = await self._activity(request)
+            return await self._activity(request, call_options)
         except ActivityError as err:
             if was_cancelled(err):
                 raise asyncio.CancelledError() from err
             if error_type(err) != TRANSCRIPT_MISSING:
-                raise Finished("failed", error=describe_failure(err, "model call")) from err
-            whole = {"transcript_ref": None, "new_messages": self.state.messages, "tools": self.state.specs}
-            self._resent = 1
-            self.state.transcript_resends += 1
-            try:
-                reply = await self._activity(request.model_copy(update=whole))
-            except ActivityError as again:
-                raise Finished("failed", error=describe_failure(again, "model call")) from again
-        self.state.transcript_ref = reply.transcript_ref
-        self.state.unsent = []
-        self.tools_sent = True
-        return reply
+                return err
+        whole = {"transcript_ref": None, "new_messages": self.state.messages, "tools": self.state.specs}
+        self._resent = 1
+        self.state.transcript_resends += 1
+        try:
+            return await self._activity(request.model_copy(update=whole), call_options)
+        except ActivityError as again:
+            if was_cancelled(again):
+                raise asyncio.CancelledError() from again
+            return again
 
-    def _request(self) -> ModelRequest:
+    def _request(self, model: str) -> ModelRequest:
         state, input = self.state, self.session.input
         return ModelRequest(
             session_id=self.session.id,
             step=state.steps + 1,
-            model=input.model,
+            model=model,
             system=input.system if input.output_schema is None else f"{input.system}\n\n{INSTRUCTION}",
             max_tokens=input.limits.max_tokens,
             tools=None if self.tools_sent else state.specs,
@@ -107,21 +177,25 @@ class ModelCaller:
         call = self.state.calls.get(block.tool_use_id)
         return call.output_ref if call is not None and call.output == block.content else None
 
-    async def _activity(self, request: ModelRequest) -> ModelReply:
-        meter, limits = self.session.meter, self.session.input.limits
+    async def _activity(self, request: ModelRequest, call_options: options.ActivityOptions) -> ModelReply:
+        meter = self.session.meter
         scheduled = history_length()
+        queue = workflow.info().task_queue
+        if self.own_queue:
+            queue = options.model_task_queue(queue)
         try:
             reply = await workflow.execute_activity_method(
                 ModelActivities.call_model,
                 request,
-                **options.model_call(limits),
+                **call_options,
+                task_queue=queue,
                 summary=f"model call {request.step} ({request.model})",
             )
         except ActivityError as err:
             if was_cancelled(err):
                 meter.activity_interrupted(scheduled)
             else:
-                meter.activity_failed(err, limits.model_attempts)
+                meter.activity_failed(err, options.attempts(call_options))
             raise
         except asyncio.CancelledError:
             meter.activity_interrupted(scheduled)
@@ -134,10 +208,12 @@ class ModelCaller:
         state, input, now = self.state, self.session.input, workflow.now()
         state.steps += 1
         state.usage = state.usage + reply.usage
-        turn_cost = input.price.cost(reply.usage) if input.price else None
-        if turn_cost is not None and state.cost_usd is not None:
-            state.cost_usd += turn_cost
-        spans.model_turn(self.session, input.model, reply.usage, turn_cost)
+        price = input.price_of(self._model)
+        turn_cost = price.cost(reply.usage) if price else None
+        if state.cost_usd is not None:
+            # A turn of a fallback model without prices leaves the session's cost unknown.
+            state.cost_usd = state.cost_usd + turn_cost if turn_cost is not None else None
+        spans.model_turn(self.session, self._model, reply.usage, turn_cost)
         state.append(reply.message, sent=True)
         text = reply.message.text()
         if text:
@@ -149,7 +225,7 @@ class ModelCaller:
                 stop_reason=reply.stop_reason, text=text, tool_use_ids=[b.id for b in reply.message.tool_uses()],
                 usage=reply.usage, cost_usd=turn_cost, latency_ms=reply.latency_ms, attempt=reply.attempt,
                 context_dropped=reply.context_dropped, transcript_resends=self._resent,
-                temporal_actions=state.unattributed_actions,
+                temporal_actions=state.unattributed_actions, fallback=self._fallback,
             )
         )  # fmt: skip
         state.unattributed_actions = 0
@@ -173,3 +249,8 @@ class ModelCaller:
             raise Finished("stopped", stop_reason="token_budget")
         if limits.cost_budget_usd is not None and (state.cost_usd or 0) > limits.cost_budget_usd:
             raise Finished("stopped", stop_reason="cost_budget")
+
+
+def _falls_back(err: ActivityError) -> bool:
+    """A failure the next model may not share: unavailable, rate limited, a refused key, a timeout."""
+    return isinstance(err.cause, TimeoutError) or error_type(err) in FALLS_BACK

@@ -75,18 +75,46 @@ class ChildOptions(TypedDict):
 
 # ---- the model -----------------------------------------------------------------------------
 
+# Model calls run on a task queue of their own, `<the session's queue>-model`, which every
+# worker polls: a worker's `--model-calls-per-second` is that queue's rate, kept by the
+# Temporal server for all the workers together (worker.py). A queue other than the
+# workflow's is never dispatched eagerly, which would pass the rate by.
+MODEL_QUEUE_SUFFIX = "-model"
+MODEL_QUEUE_PATCH = "model-task-queue"
+# A step with fallback models goes on to the next model after this many attempts fail as
+# unavailable (5xx, 529, timeouts); a rate-limited model (429) gets the rest of the
+# session's `model_attempts` first, a refused key none (activities/model_errors.py).
+ATTEMPTS_BEFORE_FALLBACK = 2
 
-def model_call(limits: Limits) -> ActivityOptions:
-    """One model call: the session's own timeout and attempts, with backoff up to a minute."""
+
+def model_task_queue(task_queue: str) -> str:
+    """The task queue of the model calls of sessions on `task_queue`."""
+    return task_queue + MODEL_QUEUE_SUFFIX
+
+
+def model_call(limits: Limits, attempts: int | None = None) -> ActivityOptions:
+    """One model call: the session's own timeout and attempts (or `attempts`), with backoff
+    up to a minute."""
     return ActivityOptions(
         start_to_close_timeout=timedelta(seconds=limits.model_timeout_seconds),
         retry_policy=RetryPolicy(
             initial_interval=timedelta(seconds=1),
             backoff_coefficient=2.0,
             maximum_interval=timedelta(seconds=60),
-            maximum_attempts=limits.model_attempts,
+            maximum_attempts=attempts or limits.model_attempts,
         ),
     )
+
+
+def model_call_before_fallback(limits: Limits) -> ActivityOptions:
+    """A call whose failure leaves a fallback model to try: fewer attempts."""
+    return model_call(limits, min(ATTEMPTS_BEFORE_FALLBACK, limits.model_attempts))
+
+
+def model_call_rate_limited(limits: Limits) -> ActivityOptions | None:
+    """The rest of a rate-limited model's attempts, before its fallback; None if none are left."""
+    rest = limits.model_attempts - ATTEMPTS_BEFORE_FALLBACK
+    return model_call(limits, rest) if rest > 0 else None
 
 
 # ---- the worker's tools ------------------------------------------------------------------

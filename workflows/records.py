@@ -81,9 +81,16 @@ class ToolCallRecord(BaseModel):
         return f"{self.name}:{json.dumps(self.input, sort_keys=True, ensure_ascii=False)}"
 
 
+class Fallback(BaseModel):
+    """A model a step was not made with, and why: the step went on to the next model."""
+
+    model: str
+    reason: str
+
+
 class TraceTurn(BaseModel):
     step: int
-    model: str
+    model: str  # the model that answered, as its provider names it
     prompt_version: str
     started_at: datetime
     ended_at: datetime
@@ -101,3 +108,5 @@ class TraceTurn(BaseModel):
     # Temporal Cloud's billable actions from this model call's start to the next one's:
     # the call, the tools it asked for, and the signals, updates and timers meanwhile.
     temporal_actions: int = 0
+    # The models this step was tried with before the one that answered, in order.
+    fallback: list[Fallback] = Field(default_factory=list)

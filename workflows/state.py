@@ -68,6 +68,9 @@ class SessionState(BaseModel):
     # Notifications sent (they are numbered SESSION.notify-1, -2, ...) and their outcomes.
     notifications_sent: int = 0
     notifications: Notifications = Field(default_factory=Notifications)
+    # The model of the latest call when it was a fallback model (None: the session's
+    # `model`); the next call in the same tool loop starts with it (workflows/model_calls.py).
+    model_in_use: str | None = None
 
     @field_validator("calls", mode="before")
     @classmethod

@@ -107,7 +107,8 @@ class SubAgents:
         parent = self.session.input
         return SessionInput(
             goal=task, user_id=parent.user_id, model=sub.model, system=sub.system,
-            limits=self._shared_limits(sub.limits, sub.price is not None, siblings), price=sub.price,
+            limits=self._shared_limits(sub.limits, _priced(sub), siblings), price=sub.price,
+            fallback_models=sub.fallback_models, fallback_prices=sub.fallback_prices,
             tools=sub.tools, agent=sub.agent, search_attributes=parent.search_attributes,
             model_settings=sub.model_settings,
             parent=ParentLink(session_id=self.session.id, tool_use_id=call.tool_use_id),
@@ -172,3 +173,8 @@ class SubAgents:
         signal = parent.signal(CHILD_APPROVALS, ChildApprovals(session_id=self.session.id, pending=pending))
         # No reference kept: the workflow's event loop holds every task until it ends.
         asyncio.create_task(signal)  # noqa: RUF006
+
+
+def _priced(sub: SubAgent) -> bool:
+    """Whether every model of the sub-agent has prices: only then can it share a cost budget."""
+    return sub.price is not None and all(model in sub.fallback_prices for model in sub.fallback_models)

@@ -157,6 +157,7 @@ class SessionView:
             queued_messages=len(state.queue),
             runs=state.runs,
             model=self.input.model,
+            model_in_use=state.model_in_use or self.input.model,
             user_id=self.input.user_id,
             limits=self.input.limits,
             started_at=state.started_at,

@@ -25,7 +25,7 @@ import anthropic
 import httpx2 as httpx
 from temporalio.exceptions import ApplicationError
 
-from activities.model_errors import IncompleteResponse, SdkErrors, classify, terminal
+from activities.model_errors import MODEL_AUTH, IncompleteResponse, SdkErrors, classify, terminal
 from activities.providers.base import ModelTurn, OnText, ProviderCall
 from activities.wire import MIN_THINKING_BUDGET, TOOL_CHOICE_WORDS, Message, ModelSettings, StopReason, Usage
 from infra.model_names import takes_adaptive_thinking, takes_only_adaptive_thinking
@@ -55,7 +55,8 @@ class AnthropicProvider:
             if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
                 # No retry can fix this: fail the session with what to do.
                 raise terminal(
-                    "ANTHROPIC_API_KEY is not set in the worker's environment; set it and restart the worker"
+                    "ANTHROPIC_API_KEY is not set in the worker's environment; set it and restart the worker",
+                    MODEL_AUTH,
                 )
             self._client = anthropic.AsyncAnthropic(max_retries=0, timeout=TIMEOUT_S)
         return self._client

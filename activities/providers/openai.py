@@ -19,6 +19,7 @@ import openai
 from temporalio.exceptions import ApplicationError
 
 from activities.model_errors import (
+    MODEL_AUTH,
     PROMPT_TOO_LONG,
     IncompleteResponse,
     SdkErrors,
@@ -51,7 +52,8 @@ class OpenAIProvider:
                 # No retry can fix this: fail the session with what to do.
                 raise terminal(
                     "OPENAI_API_KEY is not set in the worker's environment; set it (any value for a local "
-                    "server that takes none) and restart the worker"
+                    "server that takes none) and restart the worker",
+                    MODEL_AUTH,
                 )
             self._client = openai.AsyncOpenAI(
                 base_url=os.environ.get("OPENAI_BASE_URL") or None, max_retries=0, timeout=TIMEOUT_S

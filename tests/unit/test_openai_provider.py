@@ -17,6 +17,8 @@ from temporalio.exceptions import ApplicationError
 
 from activities import providers
 from activities.model_errors import (
+    MODEL_AUTH,
+    MODEL_RATE_LIMITED,
     MODEL_RETRYABLE,
     MODEL_TERMINAL,
     PROMPT_TOO_LONG,
@@ -246,13 +248,13 @@ def _status_error(status: int, message: str, headers: dict[str, str] | None = No
         (400, "This model's maximum context length is 8192 tokens. However, you requested 9000", None,
          PROMPT_TOO_LONG),  # vLLM: no code, the words
         (400, "Invalid 'messages[2].tool_call_id'", None, MODEL_TERMINAL),
-        (401, "Incorrect API key provided: sk-...", "invalid_api_key", MODEL_TERMINAL),
-        (403, "Country not supported", None, MODEL_TERMINAL),
+        (401, "Incorrect API key provided: sk-...", "invalid_api_key", MODEL_AUTH),
+        (403, "Country not supported", None, MODEL_AUTH),
         (404, "The model `gpt-nope` does not exist", "model_not_found", MODEL_TERMINAL),
         (422, "unprocessable", None, MODEL_TERMINAL),
         (408, "timeout", None, MODEL_RETRYABLE),
         (409, "conflict", None, MODEL_RETRYABLE),
-        (429, "Rate limit reached for gpt-4.1-mini", "rate_limit_exceeded", MODEL_RETRYABLE),
+        (429, "Rate limit reached for gpt-4.1-mini", "rate_limit_exceeded", MODEL_RATE_LIMITED),
         (500, "The server had an error", None, MODEL_RETRYABLE),
         (503, "overloaded", None, MODEL_RETRYABLE),
     ],
@@ -262,7 +264,7 @@ def test_status_errors_are_classified_with_the_providers_message(status, message
     assert isinstance(err, openai.APIStatusError)
     classified = classify(err)
     assert classified.type == kind
-    assert classified.non_retryable == (kind != MODEL_RETRYABLE)
+    assert classified.non_retryable == (kind not in (MODEL_RETRYABLE, MODEL_RATE_LIMITED))
     assert classified.message == f"model {status}: {message}"
 
 

@@ -18,6 +18,8 @@ from temporalio.testing import ActivityEnvironment
 from activities import providers
 from activities.model import ModelActivities
 from activities.model_errors import (
+    MODEL_AUTH,
+    MODEL_RATE_LIMITED,
     MODEL_RETRYABLE,
     MODEL_TERMINAL,
     PROMPT_TOO_LONG,
@@ -154,13 +156,13 @@ def _status_error(
     [
         (400, "prompt is too long: 210000 tokens > 200000 maximum", PROMPT_TOO_LONG),
         (400, "messages: roles must alternate", MODEL_TERMINAL),
-        (401, "invalid x-api-key", MODEL_TERMINAL),
-        (403, "forbidden", MODEL_TERMINAL),
+        (401, "invalid x-api-key", MODEL_AUTH),
+        (403, "forbidden", MODEL_AUTH),
         (404, "model: claude-nope", MODEL_TERMINAL),
         (413, "request too large", MODEL_TERMINAL),
         (408, "timeout", MODEL_RETRYABLE),
         (409, "conflict", MODEL_RETRYABLE),
-        (429, "rate limited", MODEL_RETRYABLE),
+        (429, "rate limited", MODEL_RATE_LIMITED),
         (500, "internal", MODEL_RETRYABLE),
         (503, "unavailable", MODEL_RETRYABLE),
         (529, "overloaded", MODEL_RETRYABLE),
@@ -169,7 +171,7 @@ def _status_error(
 def test_status_errors_are_classified_with_the_providers_message(status, message, kind):
     err = classify(_status_error(status, message))
     assert err.type == kind
-    assert err.non_retryable == (kind != MODEL_RETRYABLE)
+    assert err.non_retryable == (kind not in (MODEL_RETRYABLE, MODEL_RATE_LIMITED))
     assert err.message == f"model {status}: {message}"
 
 
