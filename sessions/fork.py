@@ -74,7 +74,8 @@ def forked_state(session_id: str, state: SessionState, step: int, message: str |
             # a new session's first run
             "runs": 0, "paused": False, "idle": False, "closing": False, "queue": [], "run_started_at": None,
             "stream_state": None, "cancel_requested": None, "ending": None, "updated_at": None,
-            "child_approvals": {},
+            "child_approvals": {}, "worked_seconds": 0.0, "working_since": None, "run_worked_from": 0.0,
+            "undelivered_events": [],
         },
     )  # fmt: skip
     return forked.model_copy(deep=True)  # shares nothing with the source's state

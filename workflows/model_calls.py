@@ -31,9 +31,17 @@ class ModelCaller:
         self.state = session.state
         self.tools_sent = False  # each run sends the tool specs inline once
         self._resent = 0  # for the trace turn of the reply being recorded
+        self.in_flight = False  # a model call runs: working time, whatever the state says
 
     async def call(self) -> ModelReply:
         """Call the model with what is new since the last call; a lost transcript is sent whole, once."""
+        self.in_flight = True
+        try:
+            return await self._call()
+        finally:
+            self.in_flight = False
+
+    async def _call(self) -> ModelReply:
         request = self._request()
         self._resent = 0
         self.session.meter.to_next_turn = True  # from here, actions go to the turn this call records
