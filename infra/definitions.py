@@ -65,6 +65,8 @@ class AgentDefinition(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1, le=128_000)
     model_timeout: float | None = Field(default=None, ge=1, le=3600)
     context_tokens: int | None = Field(default=None, ge=1000)
+    # Seconds a call may wait for a decision before it is denied; None: it waits.
+    approval_timeout: float | None = Field(default=None, gt=0)
 
 
 class Definitions(BaseModel):

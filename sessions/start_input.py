@@ -34,6 +34,7 @@ LIMIT_FIELDS = {  # definition field -> Limits field
     "max_tokens": "max_tokens",
     "model_timeout": "model_timeout_seconds",
     "context_tokens": "context_tokens",
+    "approval_timeout": "approval_timeout_seconds",
 }
 
 

@@ -73,6 +73,9 @@ class AgentWorkflow:
 
     @workflow.run
     async def run(self, input: SessionInput) -> SessionStatus:
+        # Asked first, in the run's first activation: a replay then answers it the same way
+        # wherever it is asked again (`_run_with_limits`, the approval wait, sub-agents).
+        self.meter.patched(WORKING_TIME)
         self.session.view.changed()
         spans.session_started(self.session)
         handover = False
