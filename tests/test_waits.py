@@ -345,3 +345,32 @@ async def test_client_event_exit_codes(harness: Harness, dev_server):
     refused = await client(address, "event", full.id, "tick", queue=queue)
     assert_one_line_error(refused, "rejected", "already holds 100 undelivered events")
     await full.execute_update("cancel_session", CancelRequest(), result_type=str)
+
+
+# ---- continue-as-new ------------------------------------------------------------------------
+
+
+async def test_waits_and_an_approval_deadline_go_on_across_continue_as_new(harness: Harness):
+    """Each wait hands the session to a new run (after 1 step a run); none starts again."""
+    handle = await harness.start(
+        [
+            tool_use("sleep", {"seconds": 3, "reason": "settle"}, id="s1"),
+            tool_use("wait_for_event", {"name": "go", "timeout_seconds": 3}, id="w1"),
+            tool_use("send_email", EMAIL, id="e1"),
+            answer("Done."),
+        ],
+        tools=["sleep", "wait_for_event", "send_email"],
+        limits={"continue_as_new_after_steps": 1, "approval_timeout_seconds": 3},
+    )
+    result = await asyncio.wait_for(handle.result(), timeout=60)
+    assert result.status == "completed" and result.runs >= 4
+    calls = {c.tool_use_id: c for c in (await history_of(handle)).tool_calls}
+    assert calls["s1"].output == "slept 3s"
+    assert calls["w1"].output == "no event go within 3s"
+    assert (calls["e1"].status, calls["e1"].decided_by) == ("denied", "timeout")
+    for call in (calls["s1"], calls["w1"]):
+        assert call.started_at is not None and call.ended_at is not None
+        assert 3 <= (call.ended_at - call.started_at).total_seconds() < 4.5
+    denied = calls["e1"]
+    assert denied.deadline is not None and denied.ended_at is not None
+    assert 0 <= (denied.ended_at - denied.deadline).total_seconds() < 1.5

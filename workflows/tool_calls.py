@@ -157,7 +157,9 @@ class ToolRunner:
             await workflow.wait_condition(decided)
             return
         left = (call.deadline - workflow.now()).total_seconds()
-        if left > 0 and not decided():
+        if left > 0:
+            if decided():  # decided, or the session hands over: the next run waits on
+                return
             timer = history_length()
             timeout = self.session.input.limits.approval_timeout_seconds or left
             summary = f"approval wait for {call.name}, at most {fmt_duration(timeout)}"
