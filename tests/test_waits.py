@@ -374,3 +374,33 @@ async def test_waits_and_an_approval_deadline_go_on_across_continue_as_new(harne
     denied = calls["e1"]
     assert denied.deadline is not None and denied.ended_at is not None
     assert 0 <= (denied.ended_at - denied.deadline).total_seconds() < 1.5
+
+
+async def test_watch_and_status_show_the_waits(harness: Harness):
+    from tests.test_watch import run_cli
+
+    handle = await harness.start(
+        [
+            tool_use("sleep", {"seconds": 1, "reason": "let the cache warm"}, id="s1"),
+            tool_use("wait_for_event", {"name": "deploy", "timeout_seconds": 600}, id="w1"),
+            answer("Deployed."),
+        ],
+        tools=["sleep", "wait_for_event"],
+    )
+    await wait_for_status(handle, "waiting_event")
+    code, out, err = await run_cli(harness, "status", handle.id)
+    assert code == 0, err
+    assert "waiting_event" in out and "waiting for event deploy until " in out
+    assert f"python client.py event {handle.id} deploy --data" in out
+    await send_event(handle, "deploy", "done")
+    await asyncio.wait_for(handle.result(), timeout=30)
+    code, out, err = await run_cli(harness, "watch", handle.id)
+    assert code == 0, err
+    assert "sleeping until " in out and ": let the cache warm" in out
+    assert "● sleeping" in out and "● waiting event" in out
+    assert "waiting for event deploy until " in out and "event deploy received" in out
+    assert (
+        out.index("sleeping until")
+        < out.index("waiting for event deploy")
+        < out.index("event deploy received")
+    )
