@@ -307,7 +307,9 @@ class AgentWorkflow:
         finally:
             cancelled.cancel()
             timeout.cancel()
-            if not working_time:
+            if working_time:
+                self.clock.timer_ended()
+            else:
                 self.meter.timer_ended(timer)
         try:
             return await self._outcome(loop)

@@ -33,6 +33,7 @@ class WorkClock:
         self.session = session
         self.state = session.state
         self._busy = busy
+        self._timer_at: int | None = None  # the history length as the open timer started
 
     def working(self) -> bool:
         return self._busy() or self.state.working()
@@ -60,6 +61,13 @@ class WorkClock:
             state.worked_seconds = state.worked(workflow.now())
             state.working_since = None
 
+    def timer_ended(self) -> None:
+        """Count the open timer, if any, once: when it fires or stops, or as the run ends
+        (a cancelled task's `finally` may run after the workflow has returned)."""
+        if self._timer_at is not None:
+            self.session.meter.timer_ended(self._timer_at)
+            self._timer_at = None
+
     async def run_out(self, limit: float) -> None:
         """Return once the current run has worked `limit` seconds."""
         rearmed = False
@@ -72,7 +80,7 @@ class WorkClock:
             summary = f"timeout {fmt_duration(limit)}"
             if rearmed:
                 summary += f", {fmt_duration(round(left, 1))} of work left"
-            timer = history_length()
+            self._timer_at = history_length()
             try:
                 await workflow.wait_condition(
                     lambda: not self.working(), timeout=left, timeout_summary=summary
@@ -80,6 +88,6 @@ class WorkClock:
             except TimeoutError:
                 pass
             finally:
-                self.session.meter.timer_ended(timer)
+                self.timer_ended()
             self.note()
             rearmed = True
