@@ -288,11 +288,11 @@ function renderStatus(view, status) {
   const badge = $("#session-status");
   badge.textContent = status.status;
   badge.className = `badge ${status.status}`;
-  $("#totals").textContent = `${status.steps} steps · ${tokens(status.usage).toLocaleString()} tokens ` +
+  const waits = (status.wake_at ? `sleeping until ${when(status.wake_at)} · ` : "") +
+    (status.waiting_for ? `waiting for the event ${status.waiting_for.name} until ${when(status.waiting_for.until)} · ` : "");
+  $("#totals").textContent = `${waits}${status.steps} steps · ${tokens(status.usage).toLocaleString()} tokens ` +
     `(in ${status.usage.input_tokens} · out ${status.usage.output_tokens}) · ${cost(status.cost_usd)} · ` +
-    `${status.temporal_actions.toLocaleString()} Temporal actions · ${status.worked_seconds.toFixed(1)} s worked` +
-    (status.wake_at ? ` · sleeping until ${when(status.wake_at)}` : "") +
-    (status.waiting_for ? ` · waiting for the event ${status.waiting_for.name} until ${when(status.waiting_for.until)}` : "");
+    `${(status.worked_seconds || 0).toFixed(1)} s worked · ${status.temporal_actions.toLocaleString()} Temporal actions`;
   const over = FINAL.includes(status.status);
   $("#pause").disabled = over || status.status === "paused";
   $("#resume").disabled = status.status !== "paused";
