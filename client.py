@@ -17,7 +17,14 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from infra.arguments import json_object, non_negative_float, positive_float, positive_int, thinking_budget
+from infra.arguments import (
+    json_object,
+    json_value,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    thinking_budget,
+)
 from infra.errors import AgentError, Rejected, SessionNotFound
 from infra.model_names import DEFAULT_MODEL
 
@@ -52,7 +59,13 @@ def add_session_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--max-steps", type=positive_int, help="most model calls (default 20)")
     command.add_argument("--token-budget", type=positive_int, help="most tokens, cache included")
     command.add_argument("--cost-budget", type=positive_float, help="most USD (needs prices for the model)")
-    command.add_argument("--timeout", type=positive_float, help="wall-clock limit in seconds (default 3600)")
+    command.add_argument(
+        "--timeout", type=positive_float, help="working-time limit in seconds, waits excluded (default 3600)"
+    )
+    command.add_argument(
+        "--approval-timeout", type=positive_float,
+        help="deny a call no one decides on within this many seconds (default: it waits)",
+    )  # fmt: skip
     command.add_argument("--max-tokens", type=positive_int, help="max_tokens per model call (default 4096)")
     command.add_argument(
         "--model-timeout", type=positive_float, help="seconds one model call attempt may take (default 120)"
@@ -144,6 +157,10 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("close", help="end a chat session after the messages already sent").add_argument(
         "session"
     )
+    event = commands.add_parser("event", help="send an event, for the session's wait_for_event NAME")
+    event.add_argument("session")
+    event.add_argument("name")
+    event.add_argument("--data", type=json_value, help="the event's data, as JSON (default null)")
 
     approve = commands.add_parser("approve", help="approve a tool call that waits for approval")
     approve.add_argument("session")

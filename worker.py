@@ -309,8 +309,9 @@ def model_calls_per_second(flag: float | None) -> float | None:
 def check_definitions(definitions: Definitions, tools: list[Tool]) -> None:
     """Every Python tool an agent names must be one this worker runs."""
     from infra.definitions import DefinitionError, definitions_path
+    from workflows.records import WAIT_TOOLS
 
-    known = {t.name for t in tools}
+    known = {t.name for t in tools} | set(WAIT_TOOLS)
     for name, agent in definitions.agents.items():
         missing = sorted(set(agent.tools or []) - known)
         if missing:

@@ -27,6 +27,14 @@ def positive_float(text: str) -> float:
     return value
 
 
+def json_value(text: str) -> Any:
+    """Any JSON value: an object, a list, a string, a number, true, false or null."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"not JSON: {err.msg} at character {err.pos}") from None
+
+
 def json_object(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)

@@ -74,6 +74,8 @@ class AgentDefinition(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1, le=128_000)
     model_timeout: float | None = Field(default=None, ge=1, le=3600)
     context_tokens: int | None = Field(default=None, ge=1000)
+    # Seconds a call may wait for a decision before it is denied; None: it waits.
+    approval_timeout: float | None = Field(default=None, gt=0)
     # How the model samples (sessions/start_input.py checks them against the model).
     thinking_budget: int | Literal["adaptive"] | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)

@@ -9,7 +9,8 @@ is a session (`contextId` = its id) and each user message is one task, `SESSION.
 the session's status whenever it is read, so tasks survive a restart of `api.py`.
 
     session status                              task state
-    running, paused, stuck (and anything new)   working
+    running, paused, sleeping, waiting_event,   working
+    stuck (and anything new)
     waiting_approval                            input-required, with a data part
                                                 {"pending_approvals": [...]} in the status message
     waiting_input (a chat answered), completed  completed, the answer as the artifact `answer`

@@ -215,7 +215,10 @@ def build(
             str | None,
             Field(
                 max_length=40,
-                description="only sessions with this status (running, waiting_approval, completed, ...)",
+                description=(
+                    "only sessions with this status (running, waiting_approval, waiting_event, "
+                    "sleeping, completed, ...)"
+                ),
             ),
         ] = None,
         limit: Annotated[int, Field(ge=1, le=200, description="at most this many, newest first")] = 50,

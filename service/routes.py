@@ -23,7 +23,7 @@ from service.auth import User, current_user
 from service.ownership import Owners
 from sessions import control, render, start_input
 from workflows.agent import AgentWorkflow
-from workflows.contract import CancelRequest, Decision, SessionInput, SessionStatus, UserMessage
+from workflows.contract import CancelRequest, Decision, EventInput, SessionInput, SessionStatus, UserMessage
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 Caller = Annotated[User, Depends(current_user)]
@@ -62,7 +62,8 @@ async def _session_input(body: schemas.StartSession, user: User, owned: Owners) 
     """The start input, resolved as the command line's is (`sessions.start_input.resolve`):
     the agent's settings, then the body's. A refusal is a 422."""
     limits = {"max_steps": body.max_steps, "token_budget": body.token_budget,
-              "cost_budget_usd": body.cost_budget, "timeout_seconds": body.timeout}  # fmt: skip
+              "cost_budget_usd": body.cost_budget, "timeout_seconds": body.timeout,
+              "approval_timeout_seconds": body.approval_timeout}  # fmt: skip
     fields = {
         "user_id": user.name, "model": body.model, "fallback_models": body.fallback_models,
         "system": body.system, "chat": body.chat or None,
@@ -183,6 +184,16 @@ async def send_message(session_id: str, body: schemas.Message, user: Caller, own
     except ValidationError as err:
         raise InvalidInput(err.errors()[0]["msg"]) from None
     return await _steer(owned, user, session_id, AgentWorkflow.send_message, message)
+
+
+@router.post("/{session_id}/events", responses=CONFLICT)
+async def send_event(session_id: str, body: schemas.Event, user: Caller, owned: Owned) -> SessionStatus:
+    """An event for the session's `wait_for_event` of its name: taken now, or kept for the next."""
+    try:
+        event = EventInput(name=body.name, data=body.data)
+    except ValidationError as err:
+        raise InvalidInput(err.errors()[0]["msg"]) from None
+    return await _steer(owned, user, session_id, AgentWorkflow.send_event, event)
 
 
 @router.post("/{session_id}/close", responses=CONFLICT)

@@ -29,7 +29,10 @@ class StartSession(Body):
     max_steps: int | None = Field(default=None, ge=1)
     token_budget: int | None = Field(default=None, ge=1)
     cost_budget: float | None = Field(default=None, gt=0, description="USD")
-    timeout: float | None = Field(default=None, gt=0, description="seconds")
+    timeout: float | None = Field(default=None, gt=0, description="seconds of working time")
+    approval_timeout: float | None = Field(
+        default=None, gt=0, description="seconds a call may wait for a decision before it is denied"
+    )
     chat: bool = False
     output_schema: dict[str, Any] | None = Field(
         default=None, description="a JSON Schema: the answer is JSON that matches it, given as `output`"
@@ -77,6 +80,11 @@ class Cancel(Body):
 
 class Message(Body):
     text: str = Field(min_length=1, max_length=200_000)
+
+
+class Event(Body):
+    name: str = Field(min_length=1, max_length=200, description="what the session's wait_for_event waits for")
+    data: Any = Field(default=None, description="any JSON value: the wait's result")
 
 
 class Empty(Body):

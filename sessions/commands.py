@@ -28,7 +28,7 @@ from sessions.fork import forked_input
 from sessions.pricing import price_for
 from sessions.watch import watch as follow
 from workflows.agent import AgentWorkflow
-from workflows.contract import CancelRequest, Decision, SessionInput, SessionStatus, UserMessage
+from workflows.contract import CancelRequest, Decision, EventInput, SessionInput, SessionStatus, UserMessage
 
 EXIT_NOT_COMPLETED = 2
 UserError = BadRequest  # a mistake the person can fix; printed as one line
@@ -72,6 +72,7 @@ async def resolve_start(client: Client, args: argparse.Namespace) -> SessionInpu
         "max_tokens": args.max_tokens,
         "context_tokens": args.context_tokens,
         "model_timeout_seconds": args.model_timeout,
+        "approval_timeout_seconds": args.approval_timeout,
     }
     fields = {
         "user_id": args.user,
@@ -245,6 +246,15 @@ async def send(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+async def event(client: Client, args: argparse.Namespace) -> int:
+    try:
+        payload = EventInput(name=args.name, data=args.data)
+    except ValidationError as err:
+        raise UserError(describe_validation(err)) from None
+    print(await control.act(client, args.session, AgentWorkflow.send_event, payload))
+    return 0
+
+
 async def close(client: Client, args: argparse.Namespace) -> int:
     print(await control.act(client, args.session, AgentWorkflow.close_session))
     return 0
@@ -298,6 +308,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], Awaitable[int]]] = {
     "watch": watch,
     "send": send,
     "close": close,
+    "event": event,
     "export": export,
     "list": list_sessions,
     "agents": list_agents,

@@ -80,6 +80,8 @@ def forked_state(session_id: str, state: SessionState, step: int, message: str |
             "notifications_sent": 0, "notifications": Notifications(),
             # its steps start with the session's model, as a new run's do
             "model_in_use": None,
+            "worked_seconds": 0.0, "working_since": None, "run_worked_from": 0.0,
+            "undelivered_events": [],
         },
     )  # fmt: skip
     return forked.model_copy(deep=True)  # shares nothing with the source's state

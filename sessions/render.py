@@ -4,6 +4,7 @@ in `sessions/watch.py`."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
@@ -55,12 +56,16 @@ def print_status(snapshot: SessionStatus, link: str) -> None:
     console.print(head)
     console.print(
         f"steps {snapshot.steps} · {_totals(snapshot.usage.model_dump(), snapshot.cost_usd)} · "
-        f"{snapshot.temporal_actions} Temporal actions"
+        f"{snapshot.temporal_actions} Temporal actions · {snapshot.worked_seconds:.1f} s worked"
     )
     if snapshot.model_in_use and snapshot.model_in_use != snapshot.model:
         console.print(
             f"[yellow]model in use:[/] {escape(snapshot.model_in_use)} (a fallback of {escape(snapshot.model)})"
         )
+    if snapshot.waiting_for is not None:
+        print_event_hint(snapshot.session_id, snapshot.waiting_for.name, snapshot.waiting_for.until)
+    if snapshot.wake_at is not None:
+        print_sleeping(snapshot.wake_at, "")
     for pending in snapshot.pending_approvals:
         print_approval_hint(snapshot.session_id, pending.tool_use_id, pending.name, pending.input)
     if snapshot.stuck is not None:
@@ -156,6 +161,20 @@ def print_approval_hint(session_id: str, tool_use_id: str, name: str, arguments:
     console.print(f"[yellow]⏸ waiting for approval:[/] {name} {escape(shorten(arguments, 200))}")
     console.print(f"   approve: python client.py approve {session_id} {tool_use_id}")
     console.print(f'   deny:    python client.py deny {session_id} {tool_use_id} --reason "..."')
+
+
+def print_event_hint(session_id: str, name: str, until: datetime) -> None:
+    console.print(f"  [cyan]waiting for event[/] {escape(name)} until {_at(until)}")
+    console.print(f"[dim]    python client.py event {session_id} {escape(name)} --data '...'[/]")
+
+
+def print_sleeping(until: datetime, reason: str) -> None:
+    console.print(f"  [cyan]sleeping[/] until {_at(until)}" + (f": {escape(reason)}" if reason else ""))
+
+
+def _at(when: datetime) -> str:
+    """A wall-clock time in UTC, to the second."""
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def print_agents(rows: list[dict[str, Any]], as_json: bool) -> None:

@@ -66,6 +66,7 @@ LIMIT_FIELDS = {  # definition field -> Limits field
     "max_tokens": "max_tokens",
     "model_timeout": "model_timeout_seconds",
     "context_tokens": "context_tokens",
+    "approval_timeout": "approval_timeout_seconds",
 }
 SETTING_FIELDS = ("thinking_budget", "temperature", "top_p", "stop_sequences", "tool_choice")
 # Chat Completions takes at most this many stop sequences.

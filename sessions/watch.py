@@ -28,7 +28,16 @@ from activities.wire import Usage
 from infra.errors import AgentError
 from sessions import control
 from sessions.live_text import session_events
-from sessions.render import CALL_MARK, STYLE, console, print_approval_hint, print_stuck, shorten
+from sessions.render import (
+    CALL_MARK,
+    STYLE,
+    console,
+    print_approval_hint,
+    print_event_hint,
+    print_sleeping,
+    print_stuck,
+    shorten,
+)
 from workflows import events as ev
 from workflows.agent import AgentWorkflow
 from workflows.contract import Decision
@@ -166,6 +175,15 @@ class Watcher:
         console.print(f"  {verb} {event.name} ({event.tool_use_id}){who}{why}")
         if event.input is not None:
             console.print(f"    [yellow]with an edited input:[/] {escape(shorten(event.input, 160))}")
+
+    def _on_sleeping(self, event: ev.Sleeping) -> None:
+        print_sleeping(event.until, event.reason)
+
+    def _on_waiting_event(self, event: ev.WaitingEvent) -> None:
+        print_event_hint(self.handle.id, event.name, event.until)
+
+    def _on_event_received(self, event: ev.EventReceived) -> None:
+        console.print(f"  [green]event[/] {escape(event.name)} received")
 
     def _on_answered(self, event: ev.Answered) -> None:
         console.print(f'[dim]● waiting for the next message: python client.py send {self.handle.id} "..."[/]')

@@ -113,6 +113,14 @@ async def deny(handle) -> None:
     await handle.execute_update("deny_call", Decision(tool_use_id="e1", reason="not today"), result_type=str)
 
 
+async def send_build_event(handle) -> None:
+    from workflows.contract import EventInput
+
+    await handle.signal("event", EventInput(name="review", data="ok"))  # kept for a later wait
+    await wait_for(handle, "waiting_event")
+    await handle.execute_update("send_event", EventInput(name="build", data={"id": 7}), result_type=str)
+
+
 async def cancel_during_tool(handle) -> None:
     await asyncio.sleep(1.5)
     await handle.execute_update("cancel_session", {"reason": "changed my mind"}, result_type=str)
@@ -294,6 +302,20 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
         [tool_use("get_time", id="t1"), answer("noon")],
         {"model_settings": {"tool_choice": "get_time", "temperature": 0.2}},
         nothing,
+    ),
+    "waits": (
+        [
+            tool_use("sleep", {"seconds": 1, "reason": "let it settle"}, id="s1"),
+            tool_use("wait_for_event", {"name": "build", "timeout_seconds": 60}, id="w1"),
+            tool_use("wait_for_event", {"name": "review", "timeout_seconds": 60}, id="w2"),
+            tool_use("send_email", EMAIL, id="e1"),
+            answer("done"),
+        ],
+        {
+            "tools": ["sleep", "wait_for_event", "send_email"],
+            "limits": {"approval_timeout_seconds": 1, "timeout_seconds": 30},
+        },
+        send_build_event,
     ),
     "search_attributes": (
         [tool_use("save_note", {"title": f"n{i}", "text": "x"}, id=f"s{i}") for i in range(4)]

@@ -23,7 +23,7 @@ from tests.support.reliability import record
 from tests.test_watch import EMAIL, cli_env, wait_for_status
 from workflows.agent import AgentWorkflow
 from workflows.contract import SessionHistory, SessionStatus
-from workflows.records import PendingApproval, ToolCallRecord, TraceTurn
+from workflows.records import PendingApproval, ReceivedEvent, ToolCallRecord, TraceTurn
 from workflows.state import Ending, SessionState
 
 AREA = "Agents"
@@ -295,6 +295,8 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
         user_turns=2, answer="a", run_started_at=t0, cancel_requested="stop", ending=Ending(status="cancelled"),
         updated_at=t0 + timedelta(hours=1), transcript_resends=5, subagent_runs=2, model_in_use="openai:gpt-4o",
         child_approvals={"s.sub-2": [PendingApproval(tool_use_id="c", name="n", input={})]},
+        worked_seconds=12.5, working_since=t0, run_worked_from=2.0,
+        undelivered_events=[ReceivedEvent(name="build", data={"ok": True}, at=t0)],
     )  # fmt: skip
     fork = forked_state("s", source, 1, None)
 
@@ -315,12 +317,15 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
         None,
     )
     assert fork.stream_state is None and fork.child_approvals == {} and fork.model_in_use is None
+    assert (fork.worked_seconds, fork.working_since, fork.run_worked_from) == (0.0, None, 0.0)
+    assert fork.undelivered_events == []
     # everything else as it was
     assert fork.specs == [spec] and fork.subagent_runs == 2 and fork.started_at == t0
     changed = {"messages", "unsent", "transcript_ref", "calls", "trace", "steps", "usage", "cost_usd",
                "transcript_resends", "repeats", "user_turns", "answer", "runs", "paused", "idle", "closing", "queue",
                "run_started_at", "cancel_requested", "ending", "updated_at", "stream_state", "child_approvals",
-               "model_in_use"}  # fmt: skip
+               "model_in_use", "worked_seconds", "working_since", "run_worked_from",
+               "undelivered_events"}  # fmt: skip
     for field in SessionState.model_fields.keys() - changed:
         assert getattr(fork, field) == getattr(source, field), field
     # and shares nothing with the source

@@ -277,6 +277,7 @@ async def test_another_users_session_is_unknown_to_them_everywhere(
             ("POST", "/approve", {"tool_use_id": "e1"}), ("POST", "/deny", {"tool_use_id": "e1"}),
             ("POST", "/pause", None), ("POST", "/resume", None), ("POST", "/cancel", {}),
             ("POST", "/messages", {"text": "hi"}), ("POST", "/close", None),
+            ("POST", "/events", {"name": "build"}),
         ]:  # fmt: skip
             response = await bob.request(method, f"/v1/sessions/{session_id}{path}", json=body)
             error = assert_error(response, 404, "SessionNotFound")
@@ -309,6 +310,33 @@ async def test_pause_resume_cancel_and_an_ended_session(api: ApiProcess, fake_mo
         await wait_status(alice, session_id, "cancelled")
         for path, body in [("/approve", {"tool_use_id": "e1"}), ("/pause", None), ("/cancel", {})]:
             assert_error(await alice.post(f"/v1/sessions/{session_id}{path}", json=body), 409)
+
+
+async def test_an_event_reaches_the_wait_for_it(api: ApiProcess, client: Client, fake_model: FakeModelServer):
+    session_id = new_id()
+    wait = tool_use("wait_for_event", {"name": "build", "timeout_seconds": 600}, id="w1")
+    fake_model.script.set(session_id, [wait, answer("Built.")])
+    started = SessionInput(
+        goal="wait for the build", user_id="alice", tools=["wait_for_event"], search_attributes=True
+    )
+    await control.start(
+        client, started, session_id, task_queue=api.env["TEMPORAL_TASK_QUEUE"], summary="", details=""
+    )
+    path = f"/v1/sessions/{session_id}/events"
+    async with api.client("alice") as alice:
+        waiting = await wait_status(alice, session_id, "waiting_event")
+        assert waiting["waiting_for"]["name"] == "build" and waiting["waiting_for"]["until"]
+        assert_error(await alice.post(path, json={"name": ""}), 422)
+        assert_error(await alice.post(path, json={"name": "build", "date": 1}), 422)
+        assert_error(await alice.post(path, json={"name": "build", "data": "x" * 5000}), 422)
+        sent = await alice.post(path, json={"name": "build", "data": {"ok": True}})
+        assert sent.status_code == 200, sent.text
+        assert sent.json()["session_id"] == session_id
+        done = await wait_status(alice, session_id, "completed")
+        assert done["answer"] == "Built."
+        [call] = (await alice.get(f"/v1/sessions/{session_id}/history")).json()["tool_calls"]
+        assert call["output"] == '{"ok":true}'
+        assert_error(await alice.post(path, json={"name": "build"}), 409)
 
 
 async def test_a_chat_session_takes_messages_and_closes(api: ApiProcess, fake_model: FakeModelServer):

@@ -12,6 +12,7 @@ queue moves to the shared queue after `STICKY_TIMEOUT` (1 s, in worker.py).
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -33,7 +34,7 @@ from tests.support.procs import (
 )
 from tests.support.reliability import record
 from worker import STICKY_TIMEOUT
-from workflows.contract import Decision, SessionHistory
+from workflows.contract import Decision, EventInput, SessionHistory
 
 pytestmark = pytest.mark.process
 
@@ -372,4 +373,90 @@ async def test_no_polling_delay_between_steps(procs: ProcessHarness):
         "none: tool result to the next model call, worker process on a local dev server",
         "the next model call is scheduled in the workflow task that records the tool result (no polling)",
         {"gap (max of 3)": f"{max(gaps) * 1000:.0f} ms"},
+    )
+
+
+async def _timers(handle, prefix: str) -> int:
+    """The timers of the session whose summary starts with `prefix`."""
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.converter import PayloadConverter
+
+    count = 0
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_TIMER_STARTED and event.user_metadata.HasField("summary"):
+            count += PayloadConverter.default.from_payload(event.user_metadata.summary, str).startswith(
+                prefix
+            )
+    return count
+
+
+async def test_kill_during_a_sleep_wakes_on_time_on_the_other_worker(procs: ProcessHarness):
+    workers = await procs.worker_pool(2)
+    handle = await procs.start(
+        [tool_use("sleep", {"seconds": 8, "reason": "let the deploy settle"}, id="s1"), answer("Checked.")],
+        tools=["sleep"],
+    )
+    sleeping = await wait_for_status(handle, "sleeping")
+    await asyncio.sleep(3)  # well into the sleep: a sleep started again would end 3 s late
+    first = await holder(handle, workers)
+    second = next(w for w in workers if w is not first)
+    first.kill()
+    after = await wait_for_status(handle, "sleeping")
+    assert after.wake_at == sleeping.wake_at
+
+    result = await result_of(handle)
+    assert result.status == "completed" and result.answer == "Checked."
+    history = await handle.query("history", result_type=SessionHistory)
+    [call] = history.tool_calls
+    assert call.status == "done" and call.output == "slept 8s"
+    assert sleeping.wake_at is not None and call.ended_at is not None
+    late = (call.ended_at - sleeping.wake_at).total_seconds()
+    assert 0 <= late < 2.5, late
+    assert await _timers(handle, "sleep 8s") == 1
+    assert len(procs.requests(handle.id, step=2)) == 1
+    assert second.alive()
+    record(
+        AREA,
+        "kill -9 of the worker 3 s into an 8 s `sleep`, a second worker polling",
+        "the other worker took the session up, still sleeping with the same wake time; it woke on time (one timer, never restarted) and the session completed",
+        {"woke after the wake time by": _secs(late)},
+    )
+
+
+async def test_kill_during_an_event_wait_loses_no_event(procs: ProcessHarness):
+    workers = await procs.worker_pool(2)
+    handle = await procs.start(
+        [
+            tool_use("wait_for_event", {"name": "build", "timeout_seconds": 600}, id="w1"),
+            tool_use("wait_for_event", {"name": "review", "timeout_seconds": 600}, id="w2"),
+            answer("Built and reviewed."),
+        ],
+        tools=["wait_for_event"],
+    )
+    waiting = await wait_for_status(handle, "waiting_event")
+    kept = await handle.execute_update(
+        "send_event", EventInput(name="review", data="approved"), result_type=str
+    )
+    assert kept == "event review kept for the next wait_for_event review (1 kept)"
+    first = await holder(handle, workers)
+    first.kill()
+
+    asked = time.monotonic()
+    after = await wait_for_status(handle, "waiting_event")
+    assert after.waiting_for == waiting.waiting_for  # the same wait, the same deadline
+    reply = await handle.execute_update(
+        "send_event", EventInput(name="build", data={"id": 7}), result_type=str
+    )
+    answered = time.monotonic() - asked
+    assert reply == "event build delivered to w1"
+    result = await result_of(handle)
+    assert result.status == "completed" and result.answer == "Built and reviewed."
+    history = await handle.query("history", result_type=SessionHistory)
+    assert [(c.tool_use_id, c.output) for c in history.tool_calls] == [("w1", '{"id":7}'), ("w2", "approved")]
+    assert await _timers(handle, "event build") == 1
+    record(
+        AREA,
+        "kill -9 of the worker while the session waits for an event, another event already kept; the event sent after the kill",
+        "the other worker took the session up with the same wait and deadline; the event sent after the kill and the one kept before it both reached their waits; the session completed",
+        {"status and event answered after the kill within": _secs(answered)},
     )

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from temporalio import workflow
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from activities.notify import NotifyActivities
@@ -37,11 +36,8 @@ from tests.support.tools import TOOLS
 from tests.test_actions import counted
 from tests.test_loop import wait_for_status
 from worker import build_worker
-from workflows.contract import Decision, SessionInput
-from workflows.metering import Meter
-from workflows.notify import NOTIFY_OUTCOME, Notifier, NotifyResult
+from workflows.contract import Decision, EventInput
 from workflows.records import Notifications
-from workflows.state import SessionState
 
 AREA = "Notifications"
 SECRET = "test-webhook-secret"
@@ -287,57 +283,40 @@ async def test_a_worker_without_the_secret_fails_the_session_before_its_first_mo
     assert SECRET not in json.dumps(result.model_dump(mode="json"))
 
 
-# ---- waiting_event: the call a wait for an event makes ------------------------------------
+# ---- waiting_event: a session that waits for an event ---------------------------------------
 
 
-@workflow.defn(name="NotifyProbe", sandboxed=False)
-class NotifyProbe:
-    """Starts waiting for an event the way the session's wait does, and returns the counts."""
-
-    def __init__(self) -> None:
-        self.notifier: Notifier | None = None
-
-    @workflow.run
-    async def run(self, input: SessionInput) -> Notifications:
-        state = SessionState.new(input.goal, workflow.now(), priced=False)
-        self.notifier = Notifier(workflow.info().workflow_id, input, state, Meter(state))
-        self.notifier.waiting_event("build-done", workflow.now() + timedelta(minutes=20))
-        await self.notifier.started()
-        await workflow.wait_condition(lambda: not state.notifications.pending)
-        return state.notifications
-
-    @workflow.signal(name=NOTIFY_OUTCOME)
-    def outcome(self, result: NotifyResult) -> None:
-        assert self.notifier is not None
-        self.notifier.take_outcome(result)
-
-
-async def test_waiting_event_notification(
-    client: Client, fake_model: FakeModelServer, data_dir: Path, receiver: Receiver
+async def test_a_wait_for_an_event_is_notified_once_and_an_event_already_kept_is_not(
+    notifying: Harness, receiver: Receiver
 ):
-    queue = f"test-{uuid.uuid4().hex[:8]}"
-    notify = NotifyActivities(SECRET, [receiver.url], FAST)
-    worker = build_worker(
-        client,
-        TOOLS,
-        queue=queue,
-        model=model_activities(fake_model, data_dir),
-        notify=notify,
-        workflow=NotifyProbe,
-    )
-    async with worker:
-        session_id = f"probe-{uuid.uuid4().hex[:8]}"
-        counts = await client.execute_workflow(
-            NotifyProbe.run, SessionInput(goal="wait", notify=[receiver.url + "/e"]), id=session_id,
-            task_queue=queue, execution_timeout=timedelta(seconds=60),
-        )  # fmt: skip
-    assert counts == Notifications(delivered=1)
-    (got,) = receiver.of(session_id)
-    assert signed(got) and got.headers["Idempotency-Key"] == f"{session_id}.notify-1"
-    assert got.body["type"] == "waiting_event" and got.body["name"] == "build-done"
-    until = datetime.fromisoformat(got.body["until"])
-    at = datetime.fromisoformat(got.body["at"])
-    assert until - at == timedelta(minutes=20)
+    hook = receiver.url + "/e"
+    wait = {"name": "build-done", "timeout_seconds": 1200}
+    handle = await notifying.start(
+        # The second wait comes a second later: the second event is kept by then.
+        [tool_use("wait_for_event", wait, id="w1"), {**tool_use("wait_for_event", wait, id="w2"), "delay": 1.0},
+         answer("built")],
+        notify=[hook], tools=["wait_for_event"],
+    )  # fmt: skip
+    await wait_for_status(handle, "waiting_event")
+    deadline = asyncio.get_running_loop().time() + 20
+    while not receiver.of(handle.id):
+        assert asyncio.get_running_loop().time() < deadline, "no waiting_event notification"
+        await asyncio.sleep(0.1)
+    # Two events: the first ends this wait, the second is kept and taken by the next wait at once.
+    for n in (1, 2):
+        await handle.execute_update("send_event", EventInput(name="build-done", data=n), result_type=str)
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed" and result.answer == "built"
+    final = await settled_status(notifying.client, handle.id)
+    assert final.notifications == Notifications(delivered=2, failed=0)
+
+    waiting, ended = receiver.of(handle.id)
+    assert signed(waiting) and waiting.headers["Idempotency-Key"] == f"{handle.id}.notify-1"
+    assert waiting.body["type"] == "waiting_event" and waiting.body["name"] == "build-done"
+    assert waiting.body["session_id"] == handle.id
+    until = datetime.fromisoformat(waiting.body["until"])
+    assert until - datetime.fromisoformat(waiting.body["at"]) == timedelta(minutes=20)
+    assert ended.body["type"] == "ended" and ended.headers["Idempotency-Key"] == f"{handle.id}.notify-2"
 
 
 # ---- the URLs a start may name -------------------------------------------------------------

@@ -26,9 +26,18 @@ with workflow.unsafe.imports_passed_through():
     )
     from jsonschema.protocols import Validator
 
-    from workflows.contract import INVALID_TOOL_INPUT, CancelRequest, Decision, ToolCallRecord, UserMessage
+    from workflows.contract import (
+        INVALID_TOOL_INPUT,
+        CancelRequest,
+        Decision,
+        EventInput,
+        ToolCallRecord,
+        UserMessage,
+    )
     from workflows.events import DecisionRecorded
+    from workflows.records import WAIT_FOR_EVENT, ReceivedEvent
     from workflows.session import Session
+    from workflows.state import MAX_UNDELIVERED_EVENTS
 
 
 def signalled(
@@ -103,6 +112,7 @@ def _decide(session: Session, decision: Decision, approved: bool) -> str:
     call.decided_by = decision.decided_by
     if approved:
         call.status, call.approved, call.approved_input = "pending", True, decision.input
+        call.deadline = None  # the approval deadline, met
     else:
         call.status, call.reason = "denied", decision.reason
     session.view.publish(
@@ -153,6 +163,30 @@ def cancel(session: Session, request: CancelRequest) -> str:
     if session.state.cancel_requested is None:
         session.state.cancel_requested = request.reason or ""
     return "cancelling"
+
+
+# ---- events --------------------------------------------------------------------------------
+
+
+def check_event(session: Session, event: EventInput) -> None:
+    session.refuse_if_finished("take an event")
+    if len(session.state.undelivered_events) >= MAX_UNDELIVERED_EVENTS:
+        raise ValueError(
+            f"session {session.id} already holds {MAX_UNDELIVERED_EVENTS} undelivered events; "
+            "it takes no more until a wait_for_event takes some"
+        )
+
+
+def take_event(session: Session, event: EventInput) -> str:
+    """Keep the event for the wait for its name (one waiting now takes it at once)."""
+    state = session.state
+    state.undelivered_events.append(ReceivedEvent(name=event.name, data=event.data, at=workflow.now()))
+    session.view.changed()
+    waiting = [c for c in state.in_waits(WAIT_FOR_EVENT) if c.run_input().get("name") == event.name]
+    if waiting:
+        return f"event {event.name} delivered to {waiting[0].tool_use_id}"
+    kept = sum(1 for e in state.undelivered_events if e.name == event.name)
+    return f"event {event.name} kept for the next wait_for_event {event.name} ({kept} kept)"
 
 
 # ---- chat ----------------------------------------------------------------------------------

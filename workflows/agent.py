@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.contract import (
         CancelRequest,
         Decision,
+        EventInput,
         SessionHistory,
         SessionInput,
         SessionStatus,
@@ -44,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.tool_calls import ToolRunner, describe_tools, list_mcp_tools, wait_while_paused
     from workflows.typed_output import FINAL_ANSWER, TypedAnswers, answer_spec
     from workflows.view import SessionView
+    from workflows.working_time import WORKING_TIME, WorkClock
 
 
 # Input that does not validate (a start from the CLI or UI with bad JSON) fails the
@@ -69,6 +71,7 @@ class AgentWorkflow:
         )
         self.steps_at_run_start = state.steps
         self.model = ModelCaller(self.session)
+        self.clock = WorkClock(self.session, lambda: self.model.in_flight)
         self.subagents = SubAgents(self.session)
         self.typed = TypedAnswers(self.session) if input.output_schema is not None else None
         self.tools = ToolRunner(self.session, self.subagents, self._wants_handover, self.typed)
@@ -76,6 +79,9 @@ class AgentWorkflow:
 
     @workflow.run
     async def run(self, input: SessionInput) -> SessionStatus:
+        # Asked first, in the run's first activation: a replay then answers it the same way
+        # wherever it is asked again (`_run_with_limits`, the approval wait, sub-agents).
+        self.meter.patched(WORKING_TIME)
         self.model.start()
         self.session.view.changed()
         spans.session_started(self.session)
@@ -195,6 +201,18 @@ class AgentWorkflow:
     def send(self, message: UserMessage | None = None) -> None:
         actions.signalled(self.session, "send", actions.check_send, actions.send, message)
 
+    @workflow.update(name="send_event")
+    def send_event(self, event: EventInput) -> str:
+        return actions.take_event(self.session, event)
+
+    @send_event.validator
+    def _check_send_event(self, event: EventInput) -> None:
+        actions.check_event(self.session, event)
+
+    @workflow.signal(name="event")
+    def event(self, event: EventInput | None = None) -> None:
+        actions.signalled(self.session, "event", actions.check_event, actions.take_event, event)
+
     @workflow.update(name="close_session")
     def close_session(self) -> str:
         return actions.close(self.session)
@@ -308,23 +326,40 @@ class AgentWorkflow:
         state, limits = self.session.state, self.session.input.limits
         if state.run_started_at is None:
             state.run_started_at = workflow.now()
-        elapsed = (workflow.now() - state.run_started_at).total_seconds()
-        remaining = max(0.001, limits.timeout_seconds - elapsed)
         loop = asyncio.create_task(self._loop())
         cancelled = asyncio.create_task(workflow.wait_condition(lambda: state.cancel_requested is not None))
         timer = history_length()
-        timeout = asyncio.create_task(
-            workflow.sleep(remaining, summary=f"timeout {fmt_duration(limits.timeout_seconds)}")
-        )
+        working_time = self.meter.patched(WORKING_TIME)
+        if working_time:
+            timeout = asyncio.create_task(self.clock.run_out(limits.timeout_seconds))
+        else:  # recorded before the timeout counted working time only
+            elapsed = (workflow.now() - state.run_started_at).total_seconds()
+            remaining = max(0.001, limits.timeout_seconds - elapsed)
+            timeout = asyncio.create_task(
+                workflow.sleep(remaining, summary=f"timeout {fmt_duration(limits.timeout_seconds)}")
+            )
         try:
             await workflow.wait([loop, cancelled, timeout], return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             await _stop(loop)
+            if working_time:
+                self.clock.stop()
             raise
         finally:
             cancelled.cancel()
             timeout.cancel()
-            self.meter.timer_ended(timer)
+            if working_time:
+                self.clock.timer_ended()
+            else:
+                self.meter.timer_ended(timer)
+        try:
+            return await self._outcome(loop)
+        finally:
+            if working_time:
+                self.clock.stop()
+
+    async def _outcome(self, loop: asyncio.Task[None]) -> Finished:
+        state = self.session.state
         if loop.done():
             outcome = loop.exception()
             if isinstance(outcome, Finished):
@@ -378,6 +413,7 @@ class AgentWorkflow:
         state.user_turns += 1
         state.idle = False
         state.run_started_at = workflow.now()
+        self.clock.start_run()
         session.view.publish(UserMessageTaken(turn=state.user_turns, text=text))
         session.view.changed()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import json
 from datetime import datetime
 from typing import Any, Literal, cast
 
@@ -57,6 +58,8 @@ class Limits(BaseModel):
     continue_as_new_after_steps: int = Field(default=500, ge=1)
     # Start-to-close timeout of one model call attempt; a stalled call is retried after it.
     model_timeout_seconds: float = Field(default=120, ge=1, le=3600)
+    # A call that waits for approval this long (wall time) is denied; None: it waits on.
+    approval_timeout_seconds: float | None = Field(default=None, gt=0, le=365 * 24 * 3600)
 
 
 ApprovalRule = Literal["always", "never", "tool"]
@@ -230,6 +233,39 @@ class UserMessage(BaseModel):
         return text
 
 
+# The most characters an event's data may take, as compact JSON.
+MAX_EVENT_DATA = 4000
+
+
+class EventInput(BaseModel):
+    """An event sent to a session: taken by a `wait_for_event` for its name, now or later."""
+
+    name: str = Field(min_length=1, max_length=200)
+    data: Any = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_not_blank(cls, name: str) -> str:
+        if not name.strip():
+            raise ValueError("the event name is empty")
+        return name
+
+    @field_validator("data")
+    @classmethod
+    def _data_small(cls, data: Any) -> Any:
+        size = len(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+        if size > MAX_EVENT_DATA:
+            raise ValueError(f"the event data takes {size} characters as JSON; at most {MAX_EVENT_DATA}")
+        return data
+
+
+class WaitingFor(BaseModel):
+    """The event a `wait_for_event` call waits for, and until when."""
+
+    name: str
+    until: datetime
+
+
 class StuckTask(BaseModel):
     """Why a running session makes no progress: its workflow task fails, over and over."""
 
@@ -271,6 +307,12 @@ class SessionStatus(BaseModel):
     temporal_actions: int = 0
     # Notifications delivered, failed (abandoned) and still pending (workflows/notify.py).
     notifications: Notifications = Field(default_factory=Notifications)
+    # Seconds of work so far: model calls, tools, sub-agents and the loop between them
+    # (waiting for a person, paused, idle, sleeping and waiting for an event do not count).
+    worked_seconds: float = 0.0
+    # While `sleep` runs: when it wakes. While `wait_for_event` runs: what it waits for.
+    wake_at: datetime | None = None
+    waiting_for: WaitingFor | None = None
 
 
 class SessionHistory(BaseModel):

@@ -84,6 +84,29 @@ class DecisionRecorded(WorkflowEvent):
     decided_by: str | None = None
 
 
+class Sleeping(WorkflowEvent):
+    """A `sleep` call started: the session sleeps until `until`."""
+
+    type: Literal["sleeping"] = "sleeping"
+    until: datetime
+    reason: str = ""
+
+
+class WaitingEvent(WorkflowEvent):
+    """A `wait_for_event` call started: the session waits for the event `name` until `until`."""
+
+    type: Literal["waiting_event"] = "waiting_event"
+    name: str
+    until: datetime
+
+
+class EventReceived(WorkflowEvent):
+    """A `wait_for_event` call took the event `name`."""
+
+    type: Literal["event_received"] = "event_received"
+    name: str
+
+
 class Answered(WorkflowEvent):
     """A chat session answered and waits for the next message."""
 
@@ -120,6 +143,9 @@ SessionEvent = Annotated[
     | ToolCallEnded
     | ApprovalRequested
     | DecisionRecorded
+    | Sleeping
+    | WaitingEvent
+    | EventReceived
     | Answered
     | UserMessageTaken
     | ContinuedAsNew

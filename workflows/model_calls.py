@@ -54,6 +54,7 @@ class ModelCaller:
         # would pass the rate by); runs recorded before it call on the session's queue.
         # `start` decides, once per run.
         self.own_queue = False
+        self.in_flight = False  # a model call runs: working time, whatever the state says
 
     def start(self) -> None:
         """Decide at the run's first workflow task, where a replay sees the same patch markers
@@ -64,6 +65,13 @@ class ModelCaller:
         """Call the model with what is new since the last call; a lost transcript is sent
         whole, once. With fallback models, a model that fails as unavailable, rate limited
         or refusing the key hands the same step to the next one."""
+        self.in_flight = True
+        try:
+            return await self._call()
+        finally:
+            self.in_flight = False
+
+    async def _call(self) -> ModelReply:
         self._resent = 0
         self._fallback = []
         self.session.meter.to_next_turn = True  # from here, actions go to the turn this call records

@@ -15,12 +15,18 @@ RunStatus = Literal[
     "running",
     "paused",
     "waiting_approval",
+    "waiting_event",
+    "sleeping",
     "waiting_input",
     "completed",
     "stopped",
     "failed",
     "cancelled",
 ]
+# The durable waits every worker has, as tools a session may name (workflows/waits.py).
+SLEEP = "sleep"
+WAIT_FOR_EVENT = "wait_for_event"
+WAIT_TOOLS = (SLEEP, WAIT_FOR_EVENT)
 # `unknown`: an at-most-once call was interrupted; it may have taken effect, and it is
 # never run again.
 CallStatus = Literal[
@@ -43,6 +49,14 @@ class PendingApproval(BaseModel):
     input: dict[str, Any]
     # The session the call belongs to: this one, or one of its sub-agents.
     session_id: str | None = None
+
+
+class ReceivedEvent(BaseModel):
+    """An event sent to the session (`send_event`, the `event` signal) that no wait has taken yet."""
+
+    name: str
+    data: Any = None
+    at: datetime
 
 
 class ToolCallRecord(BaseModel):
@@ -70,6 +84,14 @@ class ToolCallRecord(BaseModel):
     # A sub-agent call: the child session that ran it.
     child_session_id: str | None = None
     output_ref: str | None = None  # the output's hash in the transcript store
+    # The end of the wait the call is in, in wall time: its approval deadline while it waits
+    # for a person, its wake time while `sleep` runs, its timeout while `wait_for_event` runs.
+    # Kept absolute, so a continue-as-new or a worker crash never restarts the wait.
+    deadline: datetime | None = None
+
+    def in_wait(self, tool: str) -> bool:
+        """Whether this is a durable wait (`sleep`, `wait_for_event`) that has started and not ended."""
+        return self.name == tool and self.status == "running" and self.deadline is not None
 
     def run_input(self) -> dict[str, Any]:
         """The input the tool runs with: the approved edit, or the model's own."""

@@ -15,8 +15,19 @@ from pydantic import BaseModel, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from activities.wire import ContentBlock, Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock, Usage
-from workflows.records import Notifications, PendingApproval, RunStatus, ToolCallRecord, TraceTurn
+from workflows.records import (
+    SLEEP,
+    WAIT_FOR_EVENT,
+    Notifications,
+    PendingApproval,
+    ReceivedEvent,
+    RunStatus,
+    ToolCallRecord,
+    TraceTurn,
+)
 
+# Events kept for a later `wait_for_event`, at most: one more is refused.
+MAX_UNDELIVERED_EVENTS = 100
 # Tool call statuses after which a call has its result.
 SETTLED = ("done", "error", "denied", "cancelled", "not_run", "unknown")
 
@@ -71,6 +82,14 @@ class SessionState(BaseModel):
     # The model of the latest call when it was a fallback model (None: the session's
     # `model`); the next call in the same tool loop starts with it (workflows/model_calls.py).
     model_in_use: str | None = None
+    # Working time (workflows/working_time.py): the seconds worked before the current
+    # stretch of work, since when it runs (None: nothing works now), and the seconds the
+    # current run had worked when it started (a chat's limit counts each run's).
+    worked_seconds: float = 0.0
+    working_since: datetime | None = None
+    run_worked_from: float = 0.0
+    # Events that arrived before a wait for them, oldest first (`MAX_UNDELIVERED_EVENTS`).
+    undelivered_events: list[ReceivedEvent] = Field(default_factory=list)
 
     @field_validator("calls", mode="before")
     @classmethod
@@ -100,12 +119,38 @@ class SessionState(BaseModel):
             return "paused"
         if self.waiting() or any(self.child_approvals.values()):
             return "waiting_approval"
+        if self.in_waits(WAIT_FOR_EVENT):
+            return "waiting_event"
+        if self.in_waits(SLEEP):
+            return "sleeping"
         if self.idle:
             return "waiting_input"
         return "running"
 
     def waiting(self) -> list[ToolCallRecord]:
         return [c for c in self.calls.values() if c.status == "waiting_approval"]
+
+    def in_waits(self, tool: str) -> list[ToolCallRecord]:
+        """The calls of `tool` (`sleep`, `wait_for_event`) waiting now, the earliest end first."""
+        waits = [c for c in self.calls.values() if c.in_wait(tool)]
+        return sorted(waits, key=lambda c: c.deadline or self.started_at)
+
+    def working(self) -> bool:
+        """Whether the run works now: a tool or sub-agent runs, or nothing holds the loop.
+        Waiting for a person, paused, idle and the durable waits are not work."""
+        if self.ending is not None or self.idle:
+            return False
+        for call in self.calls.values():
+            if call.status != "running" or call.in_wait(SLEEP) or call.in_wait(WAIT_FOR_EVENT):
+                continue
+            if not (call.child_session_id and self.child_approvals.get(call.child_session_id)):
+                return True
+        return self.run_status() == "running"
+
+    def worked(self, now: datetime) -> float:
+        """Seconds of work over the session, the stretch running now included."""
+        running = (now - self.working_since).total_seconds() if self.working_since is not None else 0.0
+        return self.worked_seconds + max(0.0, running)
 
     def pending_approvals(self, session_id: str) -> list[PendingApproval]:
         """This session's calls waiting for a person, then those of its sub-agents."""

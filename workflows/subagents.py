@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.contract import Limits, ParentLink, SessionInput, SessionStatus, SubAgent
     from workflows.records import PendingApproval, ToolCallRecord
     from workflows.session import Session, short
+    from workflows.working_time import WORKING_TIME
 
 TOOL_PREFIX = "agent__"
 # The signals between a parent and its children: the child tells what it waits for; the
@@ -123,8 +124,11 @@ class SubAgents:
         if parent.cost_budget_usd is not None and priced:
             cost_left = max(1e-6, (parent.cost_budget_usd - (state.cost_usd or 0)) / share)
             update["cost_budget_usd"] = min(own.cost_budget_usd or cost_left, cost_left)
-        started = state.run_started_at or workflow.now()
-        time_left = parent.timeout_seconds - (workflow.now() - started).total_seconds()
+        if self.session.meter.patched(WORKING_TIME):
+            time_left = parent.timeout_seconds - (state.worked(workflow.now()) - state.run_worked_from)
+        else:
+            started = state.run_started_at or workflow.now()
+            time_left = parent.timeout_seconds - (workflow.now() - started).total_seconds()
         update["timeout_seconds"] = max(1.0, min(own.timeout_seconds, time_left))
         return own.model_copy(update=update)
 

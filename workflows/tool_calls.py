@@ -23,14 +23,26 @@ with workflow.unsafe.imports_passed_through():
     from activities.wire import Message, ToolOutcome, ToolRequest, ToolResultBlock, ToolSpec, ToolUseBlock
     from workflows import options, spans
     from workflows.contract import CallStatus, ToolCallRecord
-    from workflows.events import ApprovalRequested, ToolCallEnded, ToolCallStarted
+    from workflows.events import ApprovalRequested, DecisionRecorded, ToolCallEnded, ToolCallStarted
     from workflows.metering import current_task, history_length
-    from workflows.records import PendingApproval
-    from workflows.session import HandOver, Session, describe_failure, error_type, short, was_cancelled
+    from workflows.records import SLEEP, WAIT_FOR_EVENT, PendingApproval
+    from workflows.session import (
+        HandOver,
+        Session,
+        describe_failure,
+        error_type,
+        fmt_duration,
+        short,
+        was_cancelled,
+    )
     from workflows.state import SETTLED
     from workflows.subagents import SubAgents
     from workflows.typed_output import FINAL_ANSWER, TypedAnswers
+    from workflows.waits import Waits, check_input, is_wait, with_waits
+    from workflows.working_time import WORKING_TIME
 
+# `decided_by` of a call denied because no one decided before its approval deadline.
+TIMEOUT = "timeout"
 # From this many identical calls on, the model is told that it repeats itself.
 REPEAT_NOTE_AT = 3
 
@@ -49,6 +61,7 @@ class ToolRunner:
         self.subagents = subagents
         self._wants_handover = wants_handover
         self._siblings = 0  # sub-agent calls in the response being run: they share the budget
+        self.waits = Waits(session, self._idle_enough_to_hand_over)
 
     async def run_all(self, uses: list[ToolUseBlock]) -> None:
         """Run one response's calls concurrently; their results go back in the model's order."""
@@ -116,6 +129,8 @@ class ToolRunner:
             if problem:
                 return self._close(call, "error", problem)
             call.status = "waiting_approval"
+            if (timeout := self.session.input.limits.approval_timeout_seconds) is not None:
+                call.deadline = workflow.now() + timedelta(seconds=timeout)
             self.session.view.changed()
             self.session.view.publish(
                 ApprovalRequested(tool_use_id=call.tool_use_id, name=call.name, input=call.input)
@@ -127,12 +142,18 @@ class ToolRunner:
             await self._wait_for_decision(call)
         if call.status == "waiting_approval":
             raise HandOver()  # a long wait: the next run waits on
+        if call.status == "denied" and call.decided_by == TIMEOUT:
+            return self._close(call, "denied", f"denied: {call.reason}")
         if call.status == "denied":
             return self._close(call, "denied", f"denied by a person: {call.reason or 'no reason given'}")
         return None
 
     async def _wait_for_decision(self, call: ToolCallRecord) -> None:
         decided = lambda: call.status != "waiting_approval" or self._idle_enough_to_hand_over()  # noqa: E731
+        if self.session.meter.patched(WORKING_TIME):
+            await self._wait_until_deadline(call, decided)
+            return
+        # Recorded before the timeout counted working time only.
         timer = history_length()
         try:
             # The timer only names the wait in the Temporal UI: the run's timeout fires first.
@@ -144,11 +165,47 @@ class ToolRunner:
         finally:
             self.session.meter.timer_ended(timer)
 
+    async def _wait_until_deadline(self, call: ToolCallRecord, decided: Callable[[], bool]) -> None:
+        """Wait for a decision; past the call's approval deadline (if any) deny it."""
+        if call.deadline is None:
+            await workflow.wait_condition(decided)
+            return
+        left = (call.deadline - workflow.now()).total_seconds()
+        if left > 0:
+            if decided():  # decided, or the session hands over: the next run waits on
+                return
+            timer = history_length()
+            timeout = self.session.input.limits.approval_timeout_seconds or left
+            summary = f"approval wait for {call.name}, at most {fmt_duration(timeout)}"
+            try:
+                await workflow.wait_condition(decided, timeout=left, timeout_summary=summary)
+                return
+            except TimeoutError:
+                pass
+            finally:
+                self.session.meter.timer_ended(timer)
+        if call.status == "waiting_approval":
+            self._deny_by_timeout(call)
+
+    def _deny_by_timeout(self, call: ToolCallRecord) -> None:
+        timeout = self.session.input.limits.approval_timeout_seconds or 0
+        call.status, call.decided_by = "denied", TIMEOUT
+        call.reason = f"no decision within {fmt_duration(timeout)}"
+        self.session.view.publish(
+            DecisionRecorded(
+                tool_use_id=call.tool_use_id, name=call.name, approved=False, reason=call.reason,
+                decided_by=TIMEOUT,
+            )
+        )  # fmt: skip
+        self.session.view.changed()
+
     async def _check_input(self, call: ToolCallRecord) -> str | None:
         """The input checked before anyone is asked: the error text, or None."""
         spec = self.state.spec(call.name)
         if spec is None or spec.subagent is not None:
             return None
+        if is_wait(spec):
+            return check_input(call)
         meter = self.session.meter
         if spec.server is None:
             task = current_task()
@@ -193,11 +250,16 @@ class ToolRunner:
         """Continue as new during approval waits only when no tool call is in flight."""
         if not self._wants_handover():
             return False
-        return all(c.status in (*SETTLED, "waiting_approval") for c in self.state.calls.values())
+        return all(
+            c.status in (*SETTLED, "waiting_approval") or c.in_wait(SLEEP) or c.in_wait(WAIT_FOR_EVENT)
+            for c in self.state.calls.values()
+        )
 
     # ---- running -----------------------------------------------------------------------
 
     async def _execute(self, call: ToolCallRecord, spec: ToolSpec) -> ToolResultBlock:
+        if is_wait(spec):
+            return await self._execute_wait(call)
         call.status, call.started_at = "running", workflow.now()
         self.session.view.changed()
         if spec.subagent is not None:
@@ -230,6 +292,15 @@ class ToolRunner:
         return self._close(
             call, "error" if outcome.is_error else "done", self._content(call, outcome), outcome.duration_ms
         )
+
+    async def _execute_wait(self, call: ToolCallRecord) -> ToolResultBlock:
+        """`sleep` or `wait_for_event`: a wait in the workflow (a new run takes it up again)."""
+        try:
+            content, is_error = await self.waits.run(call)
+        except asyncio.CancelledError:
+            self._close(call, "cancelled", "cancelled before it finished")
+            raise
+        return self._close(call, "error" if is_error else "done", content)
 
     async def _execute_subagent(self, call: ToolCallRecord, spec: ToolSpec) -> ToolResultBlock:
         try:
@@ -357,4 +428,4 @@ async def describe_tools(session: Session) -> list[ToolSpec]:
     if session.input.tools is not None:
         wanted = set(session.input.tools)
         specs = [s for s in specs if s.name in wanted]
-    return specs
+    return with_waits(specs, session.input.tools)

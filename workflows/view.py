@@ -16,9 +16,10 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from workflows import search
-    from workflows.contract import RunStatus, SessionHistory, SessionInput, SessionStatus
+    from workflows.contract import RunStatus, SessionHistory, SessionInput, SessionStatus, WaitingFor
     from workflows.events import StatusChanged, WorkflowEvent
     from workflows.metering import Meter
+    from workflows.records import SLEEP, WAIT_FOR_EVENT
     from workflows.state import SessionState
 
 if TYPE_CHECKING:
@@ -135,6 +136,11 @@ class SessionView:
             lines.append(
                 "**waiting for approval** " + ", ".join(f"{p.name} ({p.tool_use_id})" for p in waiting)
             )
+        for call in state.in_waits(WAIT_FOR_EVENT):
+            name = call.run_input().get("name")
+            lines.append(f"**waiting for event** {name} until {_iso(call.deadline)}")
+        for call in state.in_waits(SLEEP):
+            lines.append(f"**sleeping** until {_iso(call.deadline)}: {call.run_input().get('reason') or ''}")
         if ending and ending.error:
             lines.append(f"**error** {ending.error}")
         return "\n".join(lines)
@@ -168,7 +174,17 @@ class SessionView:
             forked_from=self.input.forked_from,
             temporal_actions=state.temporal_actions,
             notifications=state.notifications.model_copy(deep=True),
+            worked_seconds=round(state.worked(workflow.now()), 3),
+            wake_at=next((c.deadline for c in state.in_waits(SLEEP)), None),
+            waiting_for=self._waiting_for(),
         )
+
+    def _waiting_for(self) -> WaitingFor | None:
+        for call in self.state.in_waits(WAIT_FOR_EVENT):
+            name = call.run_input().get("name")
+            if isinstance(name, str) and call.deadline is not None:
+                return WaitingFor(name=name, until=call.deadline)
+        return None
 
     def history(self) -> SessionHistory:
         return SessionHistory(
@@ -179,3 +195,7 @@ class SessionView:
             tool_calls=list(self.state.calls.values()),
             temporal_actions=self.state.temporal_actions,
         )
+
+
+def _iso(at: datetime | None) -> str:
+    return at.isoformat(timespec="seconds") if at is not None else "?"

@@ -5,7 +5,7 @@
 
 const $ = (selector) => document.querySelector(selector);
 const EVENT_TYPES = ["status", "turn", "tool_call", "tool_result", "approval", "decision",
-  "answered", "user_message", "continued", "end", "delta"];
+  "sleeping", "waiting_event", "event_received", "answered", "user_message", "continued", "end", "delta"];
 const FINAL = ["completed", "stopped", "failed", "cancelled"];
 let me = null;
 let listTimer = null;
@@ -189,6 +189,9 @@ function show(view, type, event) {
     tool_result: () => toolResult(event),
     approval: () => { markCall(event.tool_use_id, "waiting_approval", "waiting for approval"); refreshStatus(); },
     decision: () => decision(event),
+    sleeping: () => { note(`sleeping until ${when(event.until)}${event.reason ? `: ${event.reason}` : ""}`); refreshStatus(); },
+    waiting_event: () => { note(`waiting for the event ${event.name} until ${when(event.until)}`); refreshStatus(); },
+    event_received: () => note(`event ${event.name} received`),
     user_message: () => $("#conversation").append(userMessage(event.text, `message ${event.turn}`)),
     answered: () => refreshStatus(),
     continued: () => $("#conversation").append(el("p", { class: "muted", text: `continued as new (run ${event.run})` })),
@@ -196,6 +199,14 @@ function show(view, type, event) {
     end: () => ended(view, event),
   };
   (handlers[type] || (() => {}))();
+}
+
+function note(text) {
+  $("#conversation").append(el("p", { class: "muted wait", text }));
+}
+
+function when(iso) {
+  return new Date(iso).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
 }
 
 function userMessage(text, who) {
@@ -302,9 +313,11 @@ function renderStatus(view, status) {
   const badge = $("#session-status");
   badge.textContent = status.status;
   badge.className = `badge ${status.status}`;
-  $("#totals").textContent = `${status.steps} steps · ${tokens(status.usage).toLocaleString()} tokens ` +
+  const waits = (status.wake_at ? `sleeping until ${when(status.wake_at)} · ` : "") +
+    (status.waiting_for ? `waiting for the event ${status.waiting_for.name} until ${when(status.waiting_for.until)} · ` : "");
+  $("#totals").textContent = `${waits}${status.steps} steps · ${tokens(status.usage).toLocaleString()} tokens ` +
     `(in ${status.usage.input_tokens} · out ${status.usage.output_tokens}) · ${cost(status.cost_usd)} · ` +
-    `${status.temporal_actions.toLocaleString()} Temporal actions`;
+    `${(status.worked_seconds || 0).toFixed(1)} s worked · ${status.temporal_actions.toLocaleString()} Temporal actions`;
   const over = FINAL.includes(status.status);
   $("#pause").disabled = over || status.status === "paused";
   $("#resume").disabled = status.status !== "paused";
