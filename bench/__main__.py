@@ -18,6 +18,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -27,9 +28,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import economy, probe, report, scenarios
-from bench.contenders import CORE, OPTIONAL, FakeModel, make
+from bench.contenders import CORE, OPTIONAL, Contender, FakeModel, ProjectContender, make
 from bench.procs import ROOT, Child
 from devservers import temporal_server
+from worker import add_capacity_flags
 
 DEFAULT_SCENARIOS = "single,many,history,economy"
 
@@ -56,6 +58,12 @@ def parse() -> argparse.Namespace:
     )
     parser.add_argument("--render", type=Path, metavar="RESULTS_JSON",
                         help="write the page again from a kept run's results.json, running nothing")  # fmt: skip
+    parser.add_argument("--project-flags", default="", metavar="FLAGS",
+                        help="worker.py flags for this project's worker in single, many, history and the reference "
+                             "run, e.g. '--sticky-timeout 10' (default: none, its own defaults)")  # fmt: skip
+    parser.add_argument("--no-stream", action="store_true",
+                        help="start this project's sessions with stream=False in single, many, history and the "
+                             "reference run (no CLI or API setting offers it; it measures what streaming costs)")  # fmt: skip
     parser.add_argument("--reps", type=int, help="repetitions of the timed scenarios")
     parser.add_argument("--many-reps", type=int, help="repetitions of the many-sessions scenario")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
@@ -84,6 +92,7 @@ async def run(args: argparse.Namespace) -> Path:
         cfg = replace(cfg, single_reps=args.reps, many_reps=args.reps)
     if args.many_reps:
         cfg = replace(cfg, many_reps=args.many_reps)
+    check_flags(args.project_flags)
     which = {s.strip() for s in args.scenarios.split(",")} | ({"scale"} if args.scale else set())
     known = ("single", "many", "history", "scale", "economy")
     if unknown := which - set(known):
@@ -119,7 +128,7 @@ async def run(args: argparse.Namespace) -> Path:
         results.probe[args.server] = await probe.round_trips(server.address)
         log(f"  server round trips: {_round_trips(results.probe[args.server])}")
         for key in keys if main_run else []:
-            contenders.append(await make(key, server.address, fake.url, env, work, server.pid))
+            contenders.append(await _make(key, server.address, fake.url, env, work, server.pid, args))
             log(f"started {key} (pid {contenders[-1].child.pid})")
         if main_run:
             await scenarios.warm_up(contenders, fake, log)
@@ -156,8 +165,8 @@ async def run(args: argparse.Namespace) -> Path:
             results.probe["default"] = await probe.round_trips(server.address)
             log(f"  server round trips: {_round_trips(results.probe['default'])}")
             for key in keys:
-                contenders.append(await make(key, server.address, fake.url, env, work, server.pid,
-                                             log_name=f"{key}-default"))  # fmt: skip
+                contenders.append(await _make(key, server.address, fake.url, env, work, server.pid, args,
+                                              log_name=f"{key}-default"))  # fmt: skip
             await scenarios.warm_up(contenders, fake, log)
             await scenarios.reference(contenders, fake, cfg, results, log)
     finally:
@@ -172,6 +181,8 @@ async def run(args: argparse.Namespace) -> Path:
         + (" --scale" if args.scale else "")
         + (f" --many-reps {args.many_reps}" if args.many_reps else "")
         + (f" --only {args.only}" if args.only else "")
+        + (f" --project-flags '{args.project_flags}'" if args.project_flags else "")
+        + (" --no-stream" if args.no_stream else "")
         + (f" --scenarios {args.scenarios}" if args.scenarios != DEFAULT_SCENARIOS else ""),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "duration_s": time.monotonic() - started,
@@ -181,6 +192,8 @@ async def run(args: argparse.Namespace) -> Path:
         "gomaxprocs": args.gomaxprocs,
         "load_start": load_start,
         "load": _load(),
+        "project_flags": args.project_flags,
+        "no_stream": args.no_stream,
         "versions": report.versions(),  # the measured code's commit, kept for --render
     }
     page = report.write(results, cfg, keys, args.out, meta)
@@ -190,6 +203,34 @@ async def run(args: argparse.Namespace) -> Path:
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return page
+
+
+def _flags(key: str, args: argparse.Namespace) -> tuple[str, ...]:
+    """`--project-flags` for this project's worker; every other contender runs its defaults."""
+    return tuple(shlex.split(args.project_flags)) if key.startswith("project") else ()
+
+
+async def _make(key: str, address: str, fake_url: str, env: dict[str, str], work: Path, server_pid: int,
+                args: argparse.Namespace, log_name: str | None = None) -> Contender:  # fmt: skip
+    """A contender of the main or the reference run, with `--project-flags` and `--no-stream`."""
+    contender = await make(
+        key, address, fake_url, env, work, server_pid, _flags(key, args), log_name=log_name
+    )
+    if isinstance(contender, ProjectContender):
+        contender.stream = not args.no_stream
+    return contender
+
+
+def check_flags(flags: str) -> None:
+    """`--project-flags` must be `worker.py`'s capacity flags: a clear error before anything starts."""
+    parser = argparse.ArgumentParser(prog="--project-flags", add_help=False, exit_on_error=False)
+    add_capacity_flags(parser)
+    try:
+        _, unknown = parser.parse_known_args(shlex.split(flags))
+    except (argparse.ArgumentError, ValueError) as err:
+        raise SystemExit(f"--project-flags: {err}") from None
+    if unknown:
+        raise SystemExit(f"--project-flags: not a worker.py capacity flag: {' '.join(unknown)}")
 
 
 def _stop(contenders: list) -> None:

@@ -31,12 +31,16 @@ SHORT = {
     "pydantic-ai": "pydantic-ai",
 }
 CORE = ["plain", "floor", "project", "project-local"]
-# Every Temporal contender's worker runs with the SDK's default options, the sticky-queue
-# timeout included: 10 s. This project's worker.py sets 1 s for quick failover after a
-# kill -9; when a worker runs behind its load (200 sessions at once, no model latency),
-# tasks that wait longer than that move to the shared queue and are dispatched twice.
-PROJECT_WORKER = ("--sticky-timeout", "10")
 OPTIONAL = ["pydantic-ai"]
+# How each contender runs: as its user runs it, with its own defaults. This project's
+# worker is `worker.build_worker` with no flags (its 1 s sticky-queue timeout included,
+# for quick failover after a kill -9), and its sessions start as `client.py start` starts
+# them, streaming on; the floor's and Pydantic AI's workers have the SDK's default options
+# (a 10 s sticky-queue timeout). The plain loop calls `messages.create`, unstreamed. Pydantic
+# AI's `AnthropicModel` streams too, without an event stream handler: it leaves `max_tokens`
+# at the model's maximum output, above the `anthropic` SDK's non-streaming limit, and then
+# streams the request and reads the whole stream in its model activity. The floor's model
+# activity makes no request. The fake server logs which requests streamed (`Batch`).
 
 
 @dataclass
@@ -61,6 +65,12 @@ class Batch:
     worker_cpu_s: float | None = None  # CPU time of the contender's process during the batch
     server_cpu_s: float | None = None  # of the Temporal server (None for the plain loop)
     rss_before_mb: float | None = None
+    model_requests: int = 0  # requests the fake model server had from the batch's sessions
+    streamed_requests: int = 0  # of them, those that asked for a stream
+
+    @property
+    def streamed_share(self) -> float | None:
+        return self.streamed_requests / self.model_requests if self.model_requests else None
 
 
 class CpuMeter:
@@ -92,14 +102,27 @@ class FakeModel:
                 "POST", "/_script", {"session": session, "turns": script_turns(session, steps, size, delay)}
             )
 
-    def starts(self) -> dict[str, list[float]]:
-        found: dict[str, list[float]] = {}
-        for r in self._call("GET", "/_requests"):
-            found.setdefault(r["session"], []).append(r["at"])
-        return found
+    def requests(self) -> list[dict[str, Any]]:
+        """Every model request since the last reset: session, arrival time, whether it streamed."""
+        return self._call("GET", "/_requests")
 
     def reset(self) -> None:
         self._call("POST", "/_reset", {})
+
+
+def _starts(requests: list[dict[str, Any]]) -> dict[str, list[float]]:
+    found: dict[str, list[float]] = {}
+    for r in requests:
+        found.setdefault(r["session"], []).append(r["at"])
+    return found
+
+
+def _streamed(batch: Batch, requests: list[dict[str, Any]], sessions: list[tuple[str, int, int]]) -> Batch:
+    """The batch with its sessions' model requests counted (the warm-up's are not theirs)."""
+    ours = {s for s, _, _ in sessions}
+    mine = [r for r in requests if r["session"] in ours]
+    batch.model_requests, batch.streamed_requests = len(mine), sum(bool(r.get("stream")) for r in mine)
+    return batch
 
 
 class Contender:
@@ -137,7 +160,8 @@ class PlainContender(Contender):
         worker_cpu, _ = meter.read()
         peak = self.child.peak_rss_mb()
         answer = json.loads(line)
-        starts = await asyncio.to_thread(fake.starts)
+        requests = await asyncio.to_thread(fake.requests)
+        starts = _starts(requests)
         await asyncio.to_thread(fake.reset)
         outcomes = []
         for session, _, _ in sessions:
@@ -151,7 +175,7 @@ class PlainContender(Contender):
                     transcript_bytes=answer["transcript_bytes"].get(session),
                 )
             )
-        return Batch(wall, outcomes, peak, worker_cpu, None, rss_before)
+        return _streamed(Batch(wall, outcomes, peak, worker_cpu, None, rss_before), requests, sessions)
 
 
 class TemporalContender(Contender):
@@ -192,7 +216,8 @@ class TemporalContender(Contender):
         wall = loop.time() - started
         worker_cpu, server_cpu = meter.read()
         peak = self.child.peak_rss_mb()
-        starts = await asyncio.to_thread(fake.starts)
+        requests = await asyncio.to_thread(fake.requests)
+        starts = _starts(requests)
         await asyncio.to_thread(fake.reset)
         outcomes = []
         for (session, steps, _), handle, result in zip(sessions, handles, results, strict=False):
@@ -209,7 +234,7 @@ class TemporalContender(Contender):
             if history:
                 await self._measure_history(session, outcome)
             outcomes.append(outcome)
-        return Batch(wall, outcomes, peak, worker_cpu, server_cpu, rss_before)
+        return _streamed(Batch(wall, outcomes, peak, worker_cpu, server_cpu, rss_before), requests, sessions)
 
 
 async def _history_sizes(client: Client, session: str) -> tuple[int, int, int, int, int]:
@@ -257,24 +282,21 @@ class FloorContender(TemporalContender):
 
 
 class ProjectContender(TemporalContender):
+    stream = True  # the session input's default; the harness's `--no-stream` turns it off
+
     async def start(self, session, steps, size):
-        from sessions.control import initial_search_attributes
+        from sessions import control, render
         from workflows.contract import Limits, SessionInput
 
-        session_input = SessionInput(
-            goal=GOAL,
-            model=MODEL,
-            system=SYSTEM,
-            # The fake model emulates prompt caching, so with 5 KB outputs the cache reads
-            # pass the default token budget (1M) near step 40: the benchmark sets none.
-            limits=Limits(max_steps=steps + 1, token_budget=10**12),
-            stream=False,
-            search_attributes=True,
-        )
-        return await self.client.start_workflow(
-            "AgentWorkflow", session_input, id=session, task_queue=self.queue,
-            search_attributes=initial_search_attributes(session_input),
-        )  # fmt: skip
+        # As `client.py start` starts a session: streaming on (the default), search
+        # attributes on (the bundled dev server registers them), the summary and details
+        # it sets. Only the limits differ: the fake model emulates prompt caching, so with
+        # 5 KB outputs the cache reads pass the default token budget (1M) near step 40,
+        # and the default step limit is below the longest sessions here.
+        session_input = SessionInput(goal=GOAL, model=MODEL, system=SYSTEM, search_attributes=True, stream=self.stream,
+                                     limits=Limits(max_steps=steps + 1, token_budget=10**12))  # fmt: skip
+        return await control.start(self.client, session_input, session, task_queue=self.queue,
+                                   summary=render.shorten(GOAL, 200), details=render.session_details(session_input))  # fmt: skip
 
     def check(self, result, steps):
         found = result if isinstance(result, dict) else vars(result) if hasattr(result, "__dict__") else {}
@@ -304,25 +326,21 @@ def new_session(prefix: str) -> str:
 
 
 async def make(key: str, address: str, fake_url: str, env: dict[str, str], logs: Path,
-               server_pid: int | None = None, worker_args: tuple[str, ...] = (), log_name: str | None = None,
-               defaults: bool = False) -> Contender:  # fmt: skip
-    """Start the contender's process and the client that drives it. `defaults` runs this
-    project's worker with its own defaults (no `PROJECT_WORKER` flags)."""
-    contender = await _make(
-        key, address, fake_url, env, logs / f"{log_name or key}.log", worker_args, defaults
-    )
+               server_pid: int | None = None, worker_args: tuple[str, ...] = (),
+               log_name: str | None = None) -> Contender:  # fmt: skip
+    """Start the contender's process and the client that drives it. `worker_args` are
+    `worker.py`'s flags for this project's worker (none: its defaults)."""
+    contender = await _make(key, address, fake_url, env, logs / f"{log_name or key}.log", worker_args)
     contender.server_pid = server_pid
     return contender
 
 
 async def _make(key: str, address: str, fake_url: str, env: dict[str, str], log: Path,
-                worker_args: tuple[str, ...], defaults: bool = False) -> Contender:  # fmt: skip
+                worker_args: tuple[str, ...]) -> Contender:  # fmt: skip
     queue = f"bench-{key}-{uuid.uuid4().hex[:6]}"
     if key == "plain":
         child = Child(key, ["-m", "bench.plain", fake_url], env, log, stdin=True)
     else:
-        if key.startswith("project") and "--sticky-timeout" not in worker_args and not defaults:
-            worker_args = (*PROJECT_WORKER, *worker_args)
         child = Child(
             key, ["-m", "bench.bench_worker", key, address, queue, fake_url, *worker_args], env, log
         )

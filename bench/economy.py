@@ -16,7 +16,9 @@ the tool call it asks for. The rows:
 - `project-instant`: `project` with the same steps answered at once and without text: the
   history a step needs without streamed text;
 - `pydantic-ai`, `pydantic-ai-stream`: Pydantic AI's `TemporalAgent` with its defaults (no
-  streaming), and with an event stream handler (bench/pai.py).
+  event stream handler: its `AnthropicModel` still streams the request, since its default
+  `max_tokens` is above the `anthropic` SDK's non-streaming limit, and reads the whole
+  stream in the model activity), and with an event stream handler (bench/pai.py).
 
 Sessions run one at a time. Around each, the harness reads the dev server's Prometheus
 counters (`--metrics-port`): activity heartbeats that reached the server
@@ -77,7 +79,7 @@ ROWS = [
         "this project, the same steps answered at once without text",
         instant=True,
     ),
-    Row("pydantic-ai", "pydantic-ai", "Pydantic AI TemporalAgent, its defaults (no streaming)"),
+    Row("pydantic-ai", "pydantic-ai", "Pydantic AI TemporalAgent, its defaults (no event stream handler)"),
     Row("pydantic-ai-stream", "pydantic-ai-stream", "Pydantic AI TemporalAgent with an event stream handler"),
 ]
 # Which rows each contender of `--only` brings.
@@ -284,8 +286,7 @@ async def run(keys: list[str], address: str, server: Any, fake: FakeModel, env: 
     try:
         for row in rows:
             if row.worker not in workers:
-                c = await make(row.worker, address, fake.url, env, work, server.pid, log_name=f"economy-{row.worker}",
-                               defaults=True)  # fmt: skip
+                c = await make(row.worker, address, fake.url, env, work, server.pid, log_name=f"economy-{row.worker}")  # fmt: skip
                 assert isinstance(c, TemporalContender)
                 workers[row.worker] = c
                 await warm_up(row, c, fake)

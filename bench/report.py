@@ -456,18 +456,45 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
             "pydantic-ai": "Pydantic AI's `TemporalAgent` (`pydantic-ai-slim[anthropic,temporal]`), its "
                            "`AnthropicModel` on the same fake server; the tool is its default tool activity",
         }  # fmt: skip
+        streamed = results.single.get("streamed", {})  # share of each one's model requests, per repetition
         for key in keys:
-            add(f"- **{key}**: {descriptions[key]}.")
+            share = spread(streamed.get(key, []))[1]
+            how = "" if share != share else "; its model requests in the single-session runs: " + (
+                "every one streamed" if share == 1 else "none streamed" if share == 0 else f"{share:.0%} streamed")  # fmt: skip
+            add(f"- **{key}**: {descriptions[key]}{how}.")
         add("")
+        flags = meta.get("project_flags")
         add("All of them use the same tool (`lookup`, returning text of a requested size), the real `anthropic` "
-            "client (no streaming) against the same fake server, and one worker process each with the SDK's "
-            "default worker options, the 10 s sticky-queue timeout included (this project's as `worker.build_worker` "
-            "makes it, with `--sticky-timeout 10`: its own default of 1 s is for quick failover, see bench/analysis.md; "
-            "its workflow outside Temporal's sandbox; the floor's and Pydantic AI's workflows in the SDK's "
-            "default sandbox), on one local Temporal dev server (`temporal server start-dev`, its default in-memory "
-            "store: with a database file, every step waits on disk writes and all Temporal contenders slow down "
-            f"alike, about 4 times here) with {_server_words(meta)}. This project runs as its client starts "
-            "sessions on the bundled dev server (search attributes on), with `stream=False` like the others. "
+            "client against the same fake server, and one worker process each, on one local Temporal dev server "
+            "(`temporal server start-dev`, its default in-memory store: with a database file, every step waits on "
+            "disk writes and all Temporal contenders slow down alike, about 4 times here) with "
+            f"{_server_words(meta)}. Each runs as its user runs it, with its own defaults"
+            + (", but for what is said of this project below. " if flags or meta.get("no_stream") else ". ")
+            + (f"This project's worker is `worker.build_worker` with `{flags}` (the harness's `--project-flags`; "
+               "not its defaults), its workflow outside Temporal's sandbox; "
+               if flags else
+               "This project's worker is `worker.build_worker` with its own defaults (the 1 s sticky-queue "
+               "timeout included), its workflow outside Temporal's sandbox; ")
+            + "its sessions start as `client.py start` starts them (search attributes on, the summary and details "
+            + ("it sets), but with `stream=False` (the harness's `--no-stream`, which no CLI or HTTP API setting "
+               "offers: every session a user starts streams), so that no contender streams. "
+               if meta.get("no_stream") else
+               "it sets), with the session input's default `stream=True` (no CLI or HTTP API setting turns it "
+               "off): the model activity streams every call, and the fake server answers it in server-sent events "
+               "(`message_start`, `content_block_start`, `content_block_delta`, `content_block_stop`, "
+               "`message_delta`, `message_stop`), each a chunk on a connection kept alive, as the real API does. ")
+            + "The others run their defaults too: the plain loop calls `messages.create`, unstreamed; Pydantic "
+            "AI's `AnthropicModel` streams without an event stream handler, since it leaves `max_tokens` at the "
+            "model's maximum output, above the `anthropic` SDK's non-streaming limit, and then streams the request "
+            "and reads the whole stream in its model activity; the floor's model activity makes no request. "
+            "(The fake server logs whether each request streamed: the list above gives it for each contender.) "
+            "The floor's and Pydantic AI's workers have the SDK's default worker options (a 10 s sticky-queue "
+            "timeout) and their workflows the SDK's default sandbox. Two of this project's defaults cost time "
+            "here and stay for what they give a user (bench/analysis.md has the figures): streaming lets a "
+            "follower read the answer as it is written, and the 1 s sticky-queue timeout bounds how long a "
+            "session's next step, update or query waits for a worker that was killed, where with "
+            f"{cfg.many_sessions} sessions at once and no model latency some workflow tasks wait longer than that "
+            "in the worker's own queue and are dispatched again from the shared one. "
             f"Each measured run starts after a {cfg.settle_s:g} s pause (see bench/scenarios.py). CPU per step is "
             "the CPU time (user + system, all threads, from /proc) the contender's worker process and the "
             "Temporal server used during the run, divided by the steps it made; the fake model server and the "

@@ -137,6 +137,7 @@ async def single(contenders: list[Contender], fake: FakeModel, cfg: Config, resu
             _put(results.single, "median_ms", c.key, medians[c.key])
             _put(results.single, "p99_ms", c.key, percentile(steps, 99) * 1000)
             _put(results.single, "mean_ms", c.key, batch.wall_s / cfg.single_steps * 1000)
+            _put(results.single, "streamed", c.key, batch.streamed_share)  # of its model requests
             _put_cpu(results.single, c.key, batch, cfg.single_steps)
         plain = medians.get("plain")
         for c in contenders:

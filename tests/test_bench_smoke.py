@@ -42,6 +42,14 @@ def test_quick_benchmark_writes_the_report(tmp_path: Path):
     for key in ("plain", "floor", "project", "project-local"):
         assert f"| {key} |" in page
     assert "pydantic-ai |" not in page
+    # This project runs as a user runs it: every model request streamed (the fake server's
+    # log says so), with the worker's own defaults; the plain loop's requests do not stream.
+    section = page.split("## Contenders")[1].split("\n## ")[0]
+    contenders = {line.split("**")[1]: line for line in section.splitlines() if line.startswith("- **")}
+    for key in ("project", "project-local"):
+        assert contenders[key].endswith("every one streamed."), contenders[key]
+    assert contenders["plain"].endswith("none streamed."), contenders["plain"]
+    assert "with its own defaults (the 1 s sticky-queue timeout included)" in page
     assert "failed" not in page.split("## History size")[0].split("## One session")[1]
     assert "## Failures seen in this run" not in page
 
