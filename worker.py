@@ -52,7 +52,7 @@ import os
 import signal
 import sys
 from datetime import timedelta
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from infra import extras, otel
 from infra.arguments import positive_float, positive_int
@@ -220,7 +220,7 @@ def build_worker(
         task_queue=queue or task_queue(),
         workflows=[workflow or AgentWorkflow],
         activities=[
-            (model or ModelActivities()).call_model,
+            *_model_activities(model or ModelActivities()),
             *ToolActivities(tools).activities(),
             *(mcp or McpActivities(load_definitions().mcp_servers)).activities(),
         ],
@@ -228,6 +228,11 @@ def build_worker(
         default_heartbeat_throttle_interval=throttle,
         **options,
     )
+
+
+def _model_activities(model: ModelActivities) -> list[Callable[..., Any]]:
+    """The model call, and the store's archive that continue-as-new writes to."""
+    return [model.call_model, model.archive_records]
 
 
 def heartbeat_timeout(text: str) -> timedelta:

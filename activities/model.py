@@ -28,7 +28,7 @@ from activities.heartbeat import Heartbeats
 from activities.model_errors import PROMPT_TOO_LONG, TRANSCRIPT_MISSING
 from activities.providers import ModelTurn, Provider, ProviderCall, resolve
 from activities.transcript import TranscriptMissing, TranscriptStore, open_store
-from activities.wire import ModelReply, ModelRequest, ToolSpec, tool_specs_text
+from activities.wire import ArchivePart, ArchiveReceipt, ModelReply, ModelRequest, ToolSpec, tool_specs_text
 
 if TYPE_CHECKING:  # the SDKs are imported where a provider is built (activities.providers)
     import anthropic
@@ -90,6 +90,13 @@ class ModelActivities:
             context_dropped=len(fitted.dropped),
             heartbeats=beats.sent,
         )
+
+    @activity.defn(name="archive_records")
+    async def archive_records(self, part: ArchivePart) -> ArchiveReceipt:
+        """Store what a run of a long session hands over instead of carrying it (once per
+        continue-as-new, as a local activity: its input is not recorded in history)."""
+        ref = await self._store.put_archive(part.model_dump(mode="json", exclude_none=True))
+        return ArchiveReceipt(ref=ref, attempt=activity.info().attempt)
 
     async def _load(self, request: ModelRequest) -> tuple[ModelRequest, Messages, Messages]:
         """The request with its tool specs, the stored transcript, and the new messages."""

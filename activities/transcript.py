@@ -2,8 +2,9 @@
 
 A transcript is a chain of segments: each segment names its parent and holds the
 messages added since. Its reference is the SHA-256 of both, so a reference always means
-the same messages, whichever worker wrote it. Tool outputs too long for history and
-summaries live beside them. The store is a folder under the data directory, shared by
+the same messages, whichever worker wrote it. Tool outputs too long for history,
+summaries, and the parts of long sessions that each run hands to the store instead of to
+the next (workflows/archive.py) live beside them. The store is a folder under the data directory, shared by
 the workers of one machine, or with `AGENT_STORE_URL=s3://BUCKET/PREFIX` an S3 bucket
 shared by every machine, read through a cache on local disk (infra/objects.py).
 With `AGENT_PAYLOAD_KEYS` set, every object is encrypted. The workflow keeps every
@@ -129,6 +130,27 @@ class TranscriptStore:
                 block["content"] = await self.get_blob(ref)
             resolved.append(block)
         return {**message, "content": resolved}
+
+    async def put_archive(self, part: dict[str, Any]) -> str:
+        """Store one archived part of a session (`parent` names the one before); its hash."""
+        body = json.dumps(part, sort_keys=True, ensure_ascii=False).encode()
+        ref = hashlib.sha256(body).hexdigest()
+        await self._objects.put(f"archive/{ref[:2]}/{ref}.json", body)
+        return ref
+
+    async def load_archive(self, ref: str | None) -> list[dict[str, Any]]:
+        """The archived parts of a session, oldest first, from its newest part's `ref`."""
+        parts: list[dict[str, Any]] = []
+        while ref is not None:
+            data = await self._read(f"archive/{ref[:2]}/{ref}.json", f"archived part {ref}")
+            try:
+                part = json.loads(data)
+            except json.JSONDecodeError as err:
+                raise TranscriptMissing(f"archived part {ref} is unreadable") from err
+            parts.append(part)
+            ref = part.get("parent")
+        parts.reverse()
+        return parts
 
     async def note(self, key: str) -> str | None:
         """A derived text kept beside the transcripts (a summary), or None."""

@@ -44,6 +44,7 @@ from infra.errors import (
     SessionExists,
     SessionNotFound,
 )
+from sessions.archive import whole_history
 from workflows import search
 from workflows.agent import AgentWorkflow
 from workflows.contract import INVALID_TOOL_INPUT, SessionHistory, SessionInput, SessionStatus, StuckTask
@@ -151,7 +152,8 @@ async def status(client: Client, session_id: str) -> SessionStatus:
 
 
 async def history(client: Client, session_id: str) -> SessionHistory:
-    return await query(handle(client, session_id), AgentWorkflow.history)
+    """The whole history: the running run's part joined with what earlier runs stored."""
+    return await whole_history(await query(handle(client, session_id), AgentWorkflow.history))
 
 
 def history_document(found: SessionHistory) -> dict[str, Any]:

@@ -75,6 +75,8 @@ def forked_state(session_id: str, state: SessionState, step: int, message: str |
             "runs": 0, "paused": False, "idle": False, "closing": False, "queue": [], "run_started_at": None,
             "stream_state": None, "cancel_requested": None, "ending": None, "updated_at": None,
             "child_approvals": {},
+            # the state is whole (sessions/archive.py): the fork's own runs archive it again
+            "archive_ref": None, "archived_messages": 0,
         },
     )  # fmt: skip
     return forked.model_copy(deep=True)  # shares nothing with the source's state

@@ -49,6 +49,8 @@ DESCRIBE_TOOLS_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_attempts=DESCRIBE_TOOLS_ATTEMPTS
 )
 
+ARCHIVE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
+
 
 class ActivityOptions(TypedDict, total=False):
     start_to_close_timeout: timedelta
@@ -79,6 +81,12 @@ def model_call(limits: Limits) -> ActivityOptions:
             maximum_attempts=limits.model_attempts,
         ),
     )
+
+
+def archive() -> LocalActivityOptions:
+    """Writing a run's archived part to the store at continue-as-new: a few quick tries;
+    when they fail the run hands everything to the next, which tries again."""
+    return LocalActivityOptions(start_to_close_timeout=LOCAL_TIMEOUT, retry_policy=ARCHIVE_RETRY)
 
 
 # ---- the worker's tools ------------------------------------------------------------------

@@ -61,6 +61,10 @@ class SessionState(BaseModel):
     # those not yet in a trace turn (before the first, and during a model call).
     temporal_actions: int = 0
     unattributed_actions: int = 0
+    # What earlier runs handed to the store instead of to the next run (workflows/archive.py):
+    # the newest archived part (each names the one before it), and how many messages it holds.
+    archive_ref: str | None = None
+    archived_messages: int = 0
 
     @field_validator("calls", mode="before")
     @classmethod
