@@ -81,7 +81,9 @@ def plan(state: SessionState) -> Cut:
         if state.trace:
             start = max(start, 1 + state.trace[-1].context_dropped - state.archived_messages)
         cut = next((i for i in replies if i >= start), replies[-1])
-    kept_ids = {u.id for u in messages[last].tool_uses()} if messages[last].role == "assistant" else set()
+    kept_ids: set[str] = set()
+    if messages[last].role == "assistant":
+        kept_ids.update(u.id for u in messages[last].tool_uses())
     for message in state.unsent:
         kept_ids.update(b.tool_use_id for b in message.content if isinstance(b, ToolResultBlock))
     calls = frozenset(id for id, call in state.calls.items() if call.status in SETTLED and id not in kept_ids)
