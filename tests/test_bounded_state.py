@@ -21,6 +21,7 @@ from temporalio.client import Client
 from sessions import control
 from tests.conftest import Harness, answer, tool_use
 from tests.support.api import collect_events, serve_api
+from tests.test_agents import cli
 from workflows.contract import SessionHistory
 
 LIMIT = 256 * 1024  # above it, Temporal's external storage would take the payload
@@ -86,6 +87,15 @@ async def test_the_carried_state_is_bounded_and_flat_and_history_is_whole(harnes
     assert sum(t.temporal_actions for t in whole.trace) == whole.temporal_actions
     # The model saw the whole conversation in the last run: the transcript crossed runs.
     assert len(harness.requests(session_id)[-1]["body"]["messages"]) == 2 * steps + 1
+    # A fork after an early step starts from the archived part: the conversation through it.
+    fork = f"{session_id}-fork"
+    harness.script(fork, [answer("forked")])
+    code, out, err = await cli(harness, "fork", session_id, "--at-step", "3", "--session", fork)
+    assert code == 0 and out.strip() == fork, err
+    forked = await asyncio.wait_for(harness.client.get_workflow_handle(fork).result(), 60)
+    assert forked["status"] == "completed" and forked["steps"] == 4
+    sent = harness.requests(fork)[0]["body"]["messages"]
+    assert len(sent) == 7 and "step 2" in json.dumps(sent[5])
 
 
 @pytest.mark.slow
