@@ -56,7 +56,7 @@ class TranscriptStore:
 
     Each model call adds one entry to the cache; an entry is a list of references to
     message dicts that the session's earlier entries share, so it costs a few bytes per
-    message. The cache must hold at least one entry per session in flight: below that,
+    message, and a session keeps two entries (its latest transcript and the one before). The cache must hold at least one entry per session in flight: below that,
     every call reads its session's chain of segments back from the objects. The default
     matches the worker's cache of workflows (`max_cached_workflows`, 1000 by default).
     """
@@ -65,6 +65,7 @@ class TranscriptStore:
         self._objects = LocalObjects(objects) if isinstance(objects, Path) else objects
         self._cache: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
         self._cache_size = cache_size
+        self._parents: dict[str, str | None] = {}  # of the cached entries
 
     async def _read(self, name: str, what: str) -> bytes:
         data = await self._objects.get(name)
@@ -103,8 +104,15 @@ class TranscriptStore:
         await self._objects.put(f"{ref[:2]}/{ref}.json", body.encode())
         self._cache[ref] = full
         self._cache.move_to_end(ref)
+        # A transcript keeps its latest entry and the one before (a retried call reads that):
+        # older entries of its chain would hold a list of the whole transcript each.
+        self._parents[ref] = parent
+        if parent is not None and (grand := self._parents.pop(parent, None)) is not None:
+            self._cache.pop(grand, None)
+            self._parents.pop(grand, None)
         while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+            evicted, _ = self._cache.popitem(last=False)
+            self._parents.pop(evicted, None)
         return ref
 
     async def put_blob(self, text: str) -> str:
