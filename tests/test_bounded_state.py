@@ -112,22 +112,24 @@ async def test_a_follower_behind_the_kept_events_is_told_where_they_are(
     `watch` says the rest is in `history`, and `history` has them all."""
     session_id, sizes = await long_session(harness, 80, 10, chars=100)
     assert sizes
-    async with serve_api(harness.client, dev_server.address, fake_model, data_dir, tmp_path) as api:
-        async with api.client("olga") as olga:
-            kept = await collect_events(olga, session_id)  # no offset: from the first event kept
-            first = kept[0].id
-            assert first is not None and first > 0 and kept[-1].event == "end"
-            gone = await olga.get(f"/v1/sessions/{session_id}/events", params={"after": 3})
-            assert gone.status_code == 410
-            assert gone.json()["error"]["type"] == "gone" and gone.json()["error"]["first"] == first
-            resumed = await olga.get(
-                f"/v1/sessions/{session_id}/events", headers={"Last-Event-ID": str(first - 2)}
-            )
-            assert resumed.status_code == 410
-            rest = await collect_events(olga, session_id, after=first - 1)  # the first kept follows
-            assert [e.id for e in rest] == [e.id for e in kept]
-            history = (await olga.get(f"/v1/sessions/{session_id}/history")).json()
-            assert len(history["messages"]) == 162 and len(history["tool_calls"]) == 80
+    async with (
+        serve_api(harness.client, dev_server.address, fake_model, data_dir, tmp_path) as api,
+        api.client("olga") as olga,
+    ):
+        kept = await collect_events(olga, session_id)  # no offset: from the first event kept
+        first = kept[0].id
+        assert first is not None and first > 0 and kept[-1].event == "end"
+        gone = await olga.get(f"/v1/sessions/{session_id}/events", params={"after": 3})
+        assert gone.status_code == 410
+        assert gone.json()["error"]["type"] == "gone" and gone.json()["error"]["first"] == first
+        resumed = await olga.get(
+            f"/v1/sessions/{session_id}/events", headers={"Last-Event-ID": str(first - 2)}
+        )
+        assert resumed.status_code == 410
+        rest = await collect_events(olga, session_id, after=first - 1)  # the first kept follows
+        assert [e.id for e in rest] == [e.id for e in kept]
+        history = (await olga.get(f"/v1/sessions/{session_id}/history")).json()
+        assert len(history["messages"]) == 162 and len(history["tool_calls"]) == 80
     env = dict(os.environ, TEMPORAL_ADDRESS=dev_server.address, TEMPORAL_TASK_QUEUE=harness.task_queue,
                AGENT_DATA_DIR=str(data_dir))  # fmt: skip
     watched = await asyncio.to_thread(
