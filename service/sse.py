@@ -16,6 +16,7 @@ client resuming after an offset that is gone gets 410 with
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -28,6 +29,7 @@ from service.routes import ERRORS, Caller, Owned
 
 router = APIRouter(prefix="/v1/sessions", tags=["events"])
 KEEP_ALIVE_SECONDS = 10
+FIRST_OFFSET_WAIT_SECONDS = 10.0
 
 
 @router.get(
@@ -52,7 +54,7 @@ async def events(
     offset = last_event_id if last_event_id is not None else after if after is not None else -1
     feeds: Feeds = request.app.state.feeds
     feed = feeds.join(session_id)
-    if offset >= 0 and (first := await feed.first_offset()) is not None and offset + 1 < first:
+    if offset >= 0 and (first := await _first_offset(feed)) is not None and offset + 1 < first:
         feeds.leave(feed)
         return _gone(session_id, first)
     if feed.finished_after(offset):
@@ -61,6 +63,15 @@ async def events(
     return EventSourceResponse(
         _relay(feeds, feed, offset), ping=KEEP_ALIVE_SECONDS, headers={"Cache-Control": "no-store"}
     )
+
+
+async def _first_offset(feed: Feed) -> int | None:
+    """The first offset the session's stream holds; None if not known soon (a stuck session
+    is not read until it is fixed: its stream starts, and the check is skipped)."""
+    try:
+        return await asyncio.wait_for(feed.first_offset(), FIRST_OFFSET_WAIT_SECONDS)
+    except TimeoutError:
+        return None
 
 
 def _gone(session_id: str, first: int) -> Response:

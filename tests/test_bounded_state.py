@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -42,13 +43,27 @@ async def carried_sizes(client: Client, session_id: str, first_run: str) -> list
     return sizes
 
 
-async def long_session(harness: Harness, steps: int, every: int, chars: int) -> tuple[str, list[int]]:
+async def long_session(
+    harness: Harness, steps: int, every: int, chars: int, *, forget_requests: bool = False, **limits: int
+) -> tuple[str, list[int]]:
+    """A session of `steps` tool calls returning `chars` characters, continuing as new every
+    `every` steps; its id and what each continue-as-new handed on. `forget_requests`: the
+    fake model keeps no request bodies (thousands of steps would hold gigabytes)."""
     turns = [tool_use("big_output", {"chars": chars}, id=f"b{i}", text=f"step {i}") for i in range(steps)]
     handle = await harness.start(
         [*turns, answer("done")],
-        limits={"max_steps": steps + 1, "token_budget": 10**12, "continue_as_new_after_steps": every},
-    )
-    result = await asyncio.wait_for(handle.result(), 60 + steps)
+        limits={"max_steps": steps + 1, "token_budget": 10**12, "continue_as_new_after_steps": every,
+                "timeout_seconds": 24 * 3600, **limits},
+    )  # fmt: skip
+    result_task = asyncio.ensure_future(handle.result())
+    deadline = time.monotonic() + 60 + steps  # a second a step, under any load
+    while not result_task.done():
+        assert time.monotonic() < deadline, f"{steps} steps did not end in {60 + steps} s"
+        await asyncio.wait([result_task], timeout=1.0)
+        if forget_requests:
+            with harness.fake_model.script.lock:
+                harness.fake_model.script.requests.clear()
+    result = result_task.result()
     assert result.status == "completed" and result.steps == steps + 1, result.error
     assert handle.first_execution_run_id is not None
     return handle.id, await carried_sizes(harness.client, handle.id, handle.first_execution_run_id)
@@ -100,7 +115,9 @@ async def test_the_carried_state_is_bounded_and_flat_and_history_is_whole(harnes
 
 @pytest.mark.slow
 async def test_the_carried_state_is_flat_over_3000_steps(harness: Harness):
-    _, sizes = await long_session(harness, 3000, 100, chars=2000)
+    _, sizes = await long_session(
+        harness, 3000, 100, chars=2000, forget_requests=True, context_tokens=20_000, max_tokens=1000
+    )
     assert len(sizes) == 29
     assert_bounded_and_flat(sizes)
 
