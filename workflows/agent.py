@@ -100,7 +100,8 @@ class AgentWorkflow:
 
     @workflow.query
     def state(self) -> SessionState:
-        """Everything the session knows but its event stream: what a fork starts from."""
+        """Everything the session knows but its event stream: what a fork starts from (with
+        the parts earlier runs put in the store, which `sessions.archive.whole_state` joins)."""
         return self.session.state.model_copy(update={"stream_state": None})
 
     @workflow.signal(name=CHILD_APPROVALS)
