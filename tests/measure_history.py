@@ -185,7 +185,24 @@ def carried_section(c: dict, machine: str) -> list[str]:
     for b in c["buckets"]:
         memory = "" if b["rss_mb"] is None else f"{b['rss_mb']:.0f} MB"
         lines.append(f"| {b['steps']} | {b['step_ms']:.0f} ms | {memory} |")
+    buckets = c["buckets"]
+    third = max(1, len(buckets) // 3)
+    first_ms = sum(b["step_ms"] for b in buckets[:third]) / third
+    last_ms = sum(b["step_ms"] for b in buckets[-third:]) / third
+    rss = [b["rss_mb"] for b in buckets if b["rss_mb"] is not None]
     lines += [
+        "",
+        f"Time per step: {first_ms:.0f} ms a step over the first third of the session, {last_ms:.0f} ms over",
+        "the last (the machine's two cores were shared with other work: the spread between rows is",
+        "its load, not the session's length). Worker memory: "
+        + (
+            f"{rss[0]:.0f} MB over the first 100 steps, {rss[-1]:.0f} MB over the last."
+            if rss
+            else "not sampled."
+        ),
+        "The workflow's state stays the size it carries; what grows is the transcript the model",
+        "activity keeps in memory for the session's next call (it fits the context from the whole",
+        "transcript): the messages themselves, about the transcript's size as Python objects.",
         "",
         "What stays in the state at each handover, and what goes to the store, is in",
         "[reference/long-sessions.md](../reference/long-sessions.md#what-each-run-hands-to-the-next).",
