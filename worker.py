@@ -264,6 +264,7 @@ def build_worker(
         workflows=[workflow or AgentWorkflow, NotifyWorkflow],
         activities=[
             model.call_model,  # the calls of sessions recorded before the model calls' own queue
+            model.archive_records,  # the store's archive that continue-as-new writes to
             *ToolActivities(tools).activities(),
             *(mcp or McpActivities(load_definitions().mcp_servers)).activities(),
             *notify.activities(),

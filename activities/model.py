@@ -28,7 +28,7 @@ from activities.heartbeat import Heartbeats
 from activities.model_errors import PROMPT_TOO_LONG, TRANSCRIPT_MISSING, terminal
 from activities.providers import ModelTurn, Provider, ProviderCall, resolve
 from activities.transcript import TranscriptMissing, TranscriptStore, open_store
-from activities.wire import ModelReply, ModelRequest, ToolSpec, tool_specs_text
+from activities.wire import ArchivePart, ArchiveReceipt, ModelReply, ModelRequest, ToolSpec, tool_specs_text
 
 if TYPE_CHECKING:  # the SDKs are imported where a provider is built (activities.providers)
     import anthropic
@@ -60,6 +60,7 @@ class ModelActivities:
         # The token estimates of the latest transcripts' messages, by reference, so that
         # fitting a long transcript does not serialise every message again at each step.
         self._sizes: OrderedDict[str, list[int]] = OrderedDict()
+        self._size_parents: dict[str, str | None] = {}  # a transcript keeps its latest two, as the store
 
     @activity.defn(name="call_model")
     @model_call_telemetry
@@ -90,6 +91,13 @@ class ModelActivities:
             context_dropped=len(fitted.dropped),
             heartbeats=beats.sent,
         )
+
+    @activity.defn(name="archive_records")
+    async def archive_records(self, part: ArchivePart) -> ArchiveReceipt:
+        """Store what a run of a long session hands over instead of carrying it (once per
+        continue-as-new, as a local activity: its input is not recorded in history)."""
+        ref = await self._store.put_archive(part.model_dump(mode="json", exclude_none=True))
+        return ArchiveReceipt(ref=ref, attempt=activity.info().attempt)
 
     async def _load(self, request: ModelRequest) -> tuple[ModelRequest, Messages, Messages]:
         """The request with its tool specs, the stored transcript, and the new messages."""
@@ -126,11 +134,16 @@ class ModelActivities:
             return known
         return [estimate_tokens(m) for m in messages]
 
-    def _remember_sizes(self, ref: str, sizes: list[int]) -> None:
+    def _remember_sizes(self, ref: str, sizes: list[int], parent: str | None) -> None:
         self._sizes[ref] = sizes
         self._sizes.move_to_end(ref)
+        self._size_parents[ref] = parent
+        if parent is not None and (grand := self._size_parents.pop(parent, None)) is not None:
+            self._sizes.pop(grand, None)
+            self._size_parents.pop(grand, None)
         while len(self._sizes) > SIZES_KEPT:
-            self._sizes.popitem(last=False)
+            evicted, _ = self._sizes.popitem(last=False)
+            self._size_parents.pop(evicted, None)
 
     async def _send(
         self,
@@ -232,7 +245,7 @@ class ModelActivities:
         """The transcript's new reference: one segment per call, the new messages and the reply."""
         reply = turn.message.model_dump(mode="json", exclude_none=True)
         ref = await self._store.extend(request.transcript_ref, [*new, reply], [*messages, reply])
-        self._remember_sizes(ref, [*sizes, estimate_tokens(reply)])
+        self._remember_sizes(ref, [*sizes, estimate_tokens(reply)], request.transcript_ref)
         return ref
 
 

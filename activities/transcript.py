@@ -2,8 +2,9 @@
 
 A transcript is a chain of segments: each segment names its parent and holds the
 messages added since. Its reference is the SHA-256 of both, so a reference always means
-the same messages, whichever worker wrote it. Tool outputs too long for history and
-summaries live beside them. The store is a folder under the data directory, shared by
+the same messages, whichever worker wrote it. Tool outputs too long for history,
+summaries, and the parts of long sessions that each run hands to the store instead of to
+the next (workflows/archive.py) live beside them. The store is a folder under the data directory, shared by
 the workers of one machine, or with `AGENT_STORE_URL=s3://BUCKET/PREFIX` an S3 bucket
 shared by every machine, read through a cache on local disk (infra/objects.py).
 With `AGENT_PAYLOAD_KEYS` set, every object is encrypted. The workflow keeps every
@@ -56,7 +57,7 @@ class TranscriptStore:
 
     Each model call adds one entry to the cache; an entry is a list of references to
     message dicts that the session's earlier entries share, so it costs a few bytes per
-    message. The cache must hold at least one entry per session in flight: below that,
+    message, and a session keeps two entries (its latest transcript and the one before). The cache must hold at least one entry per session in flight: below that,
     every call reads its session's chain of segments back from the objects. The default
     matches the worker's cache of workflows (`max_cached_workflows`, 1000 by default).
     """
@@ -65,6 +66,7 @@ class TranscriptStore:
         self._objects = LocalObjects(objects) if isinstance(objects, Path) else objects
         self._cache: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
         self._cache_size = cache_size
+        self._parents: dict[str, str | None] = {}  # of the cached entries
 
     async def _read(self, name: str, what: str) -> bytes:
         data = await self._objects.get(name)
@@ -103,8 +105,15 @@ class TranscriptStore:
         await self._objects.put(f"{ref[:2]}/{ref}.json", body.encode())
         self._cache[ref] = full
         self._cache.move_to_end(ref)
+        # A transcript keeps its latest entry and the one before (a retried call reads that):
+        # older entries of its chain would hold a list of the whole transcript each.
+        self._parents[ref] = parent
+        if parent is not None and (grand := self._parents.pop(parent, None)) is not None:
+            self._cache.pop(grand, None)
+            self._parents.pop(grand, None)
         while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+            evicted, _ = self._cache.popitem(last=False)
+            self._parents.pop(evicted, None)
         return ref
 
     async def put_blob(self, text: str) -> str:
@@ -165,6 +174,27 @@ class TranscriptStore:
         if block["type"] == "document":
             extra.setdefault("title", source["name"])
         return {"type": block["type"], "source": encoded, **extra}
+
+    async def put_archive(self, part: dict[str, Any]) -> str:
+        """Store one archived part of a session (`parent` names the one before); its hash."""
+        body = json.dumps(part, sort_keys=True, ensure_ascii=False).encode()
+        ref = hashlib.sha256(body).hexdigest()
+        await self._objects.put(f"archive/{ref[:2]}/{ref}.json", body)
+        return ref
+
+    async def load_archive(self, ref: str | None) -> list[dict[str, Any]]:
+        """The archived parts of a session, oldest first, from its newest part's `ref`."""
+        parts: list[dict[str, Any]] = []
+        while ref is not None:
+            data = await self._read(f"archive/{ref[:2]}/{ref}.json", f"archived part {ref}")
+            try:
+                part = json.loads(data)
+            except json.JSONDecodeError as err:
+                raise TranscriptMissing(f"archived part {ref} is unreadable") from err
+            parts.append(part)
+            ref = part.get("parent")
+        parts.reverse()
+        return parts
 
     async def note(self, key: str) -> str | None:
         """A derived text kept beside the transcripts (a summary), or None."""

@@ -310,3 +310,20 @@ class ToolOutcome(BaseModel):
     # The attempt that ran it, and the heartbeats it sent over all its attempts.
     attempt: int = 1
     heartbeats: int = 0
+
+
+class ArchivePart(BaseModel):
+    """What a session's run hands to the store instead of to its next run: the messages,
+    finished tool calls and trace turns the loop no longer needs (workflows/archive.py).
+    Calls and turns travel as the JSON of the workflow's own records."""
+
+    session_id: str
+    parent: str | None  # the session's previous part, or None for its first
+    messages: list[Message]
+    calls: list[dict[str, Any]] = Field(default_factory=list)
+    trace: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ArchiveReceipt(BaseModel):
+    ref: str  # the part's hash in the store
+    attempt: int = 1

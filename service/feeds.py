@@ -105,6 +105,17 @@ class Feed:
         self._grew.set()
         self._grew = asyncio.Event()
 
+    async def first_offset(self) -> int | None:
+        """The first offset the buffer holds, once the feed has read one; None if it never
+        will. A continued-as-new session's stream keeps only its last events
+        (workflows/archive.py): the buffer starts where the stream did when the feed began."""
+        while not self.offsets:
+            if self.ended or self._pump is None or self._pump.done():
+                return None
+            grew = self._grew
+            await grew.wait()
+        return self.offsets[0]
+
     def finished_after(self, after: int) -> bool:
         """Whether nothing will ever come after this offset."""
         return self.ended and (not self.offsets or self.offsets[-1] <= after)

@@ -8,14 +8,20 @@ no `id:`: a client that connects or reconnects mid-call first gets one delta wit
 text so far (tagged with step and attempt), then the rest; the turn that follows carries
 the whole text. The stream ends after the `end` event; when nothing can follow the
 client's offset, the answer is 204, which tells an EventSource to stop reconnecting.
+A session that continued as new keeps only its last events in the stream
+(workflows/archive.py): a client without an offset gets them from the first kept, and a
+client resuming after an offset that is gone gets 410 with
+`{"error": {"type": "gone", "first": N}}` (the whole story is in the session's history).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from service.feeds import Feed, Feeds
@@ -23,12 +29,15 @@ from service.routes import ERRORS, Caller, Owned
 
 router = APIRouter(prefix="/v1/sessions", tags=["events"])
 KEEP_ALIVE_SECONDS = 10
+FIRST_OFFSET_WAIT_SECONDS = 10.0
 
 
 @router.get(
     "/{session_id}/events",
     responses={**ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "the events"},
-               204: {"description": "the session has ended and nothing follows this offset"}},
+               204: {"description": "the session has ended and nothing follows this offset"},
+               410: {"description": "the events after this offset are no longer in the stream: "
+                                    '`{"error": {"type": "gone", "first": N}}`, N the first it holds'}},
 )  # fmt: skip
 async def events(
     request: Request,
@@ -45,12 +54,32 @@ async def events(
     offset = last_event_id if last_event_id is not None else after if after is not None else -1
     feeds: Feeds = request.app.state.feeds
     feed = feeds.join(session_id)
+    if offset >= 0 and (first := await _first_offset(feed)) is not None and offset + 1 < first:
+        feeds.leave(feed)
+        return _gone(session_id, first)
     if feed.finished_after(offset):
         feeds.leave(feed)
         return Response(status_code=204)
     return EventSourceResponse(
         _relay(feeds, feed, offset), ping=KEEP_ALIVE_SECONDS, headers={"Cache-Control": "no-store"}
     )
+
+
+async def _first_offset(feed: Feed) -> int | None:
+    """The first offset the session's stream holds; None if not known soon (a stuck session
+    is not read until it is fixed: its stream starts, and the check is skipped)."""
+    try:
+        return await asyncio.wait_for(feed.first_offset(), FIRST_OFFSET_WAIT_SECONDS)
+    except TimeoutError:
+        return None
+
+
+def _gone(session_id: str, first: int) -> Response:
+    message = (
+        f"events before {first} are no longer in the stream of session {session_id}; "
+        f"its whole history is at /v1/sessions/{session_id}/history"
+    )
+    return JSONResponse({"error": {"type": "gone", "message": message, "first": first}}, status_code=410)
 
 
 async def _relay(feeds: Feeds, feed: Feed, offset: int) -> AsyncIterator[ServerSentEvent]:

@@ -24,6 +24,7 @@ from temporalio.client import Client
 from infra.connection import connect, task_queue
 from infra.errors import BadRequest, ConfigError, SessionExists, Unreachable
 from sessions import control, render, schedules, start_input
+from sessions.archive import whole_state
 from sessions.fork import forked_input
 from sessions.pricing import price_for
 from sessions.watch import watch as follow
@@ -191,7 +192,7 @@ async def decide(client: Client, args: argparse.Namespace) -> int:
 
 async def fork(client: Client, args: argparse.Namespace) -> int:
     source = control.handle(client, args.session)
-    state = await control.query(source, AgentWorkflow.state)
+    state = await whole_state(args.session, await control.query(source, AgentWorkflow.state))
     started, _ = await control.start_input(client, source)
     if args.model is not None:
         start_input.check_model(args.model)

@@ -45,6 +45,7 @@ from infra.errors import (
     SessionExists,
     SessionNotFound,
 )
+from sessions.archive import whole_history
 from workflows import search
 from workflows.agent import AgentWorkflow
 from workflows.contract import (
@@ -183,7 +184,8 @@ async def with_notifications(client: Client, snapshot: SessionStatus) -> Session
 
 
 async def history(client: Client, session_id: str) -> SessionHistory:
-    return await query(handle(client, session_id), AgentWorkflow.history)
+    """The whole history: the running run's part joined with what earlier runs stored."""
+    return await whole_history(await query(handle(client, session_id), AgentWorkflow.history))
 
 
 def history_document(found: SessionHistory) -> dict[str, Any]:

@@ -5,7 +5,9 @@ and every update is a billable action recorded in the session's history. `follow
 the same items at the same offsets without one: it long-polls the session's history
 (GetWorkflowExecutionHistory with `wait_new_event`, which is not an action), replays it
 here with `Replayer` running AgentWorkflow, and reads the replayed workflow's stream log.
-Continue-as-new is followed (the new run carries the stream's items at their offsets).
+Continue-as-new is followed (the new run carries the stream's last items at their offsets,
+workflows/archive.py: a follower that starts before the first of them gets the items from
+there on, and its reader says so, sessions/watch.py and service/sse.py).
 
 What keeps the replay equal to the worker's stream:
 - the history is replayed through the last completed workflow task and the events its

@@ -82,6 +82,8 @@ def forked_state(session_id: str, state: SessionState, step: int, message: str |
             "model_in_use": None,
             "worked_seconds": 0.0, "working_since": None, "run_worked_from": 0.0,
             "undelivered_events": [],
+            # the state is whole (sessions/archive.py): the fork's own runs archive it again
+            "archive_ref": None, "archived_messages": 0,
         },
     )  # fmt: skip
     return forked.model_copy(deep=True)  # shares nothing with the source's state

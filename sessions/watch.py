@@ -8,8 +8,10 @@ the worker writing it, outside Temporal (sessions/live_text.py). `--json` prints
 per line, as the same types serialise, with its `offset` in the stream; live text (`delta`)
 has none (`"offset": null`): the turn that follows carries the whole text. The model's
 thinking comes the same way as `thinking_delta` events, shown dimmed before the text in a
-terminal; it is never the answer. A session whose
-workflow task keeps failing is reported as stuck while the watch goes on.
+terminal; it is never the answer. A session whose workflow task keeps failing is reported
+as stuck while the watch goes on. A session that continued as new keeps only its last
+events in the stream (workflows/archive.py): the watch starts at the first it holds and
+says that the rest is in `client.py history ID`.
 """
 
 from __future__ import annotations
@@ -281,6 +283,17 @@ async def watch(
         watcher.close()
 
 
+def _earlier_events_gone(session_id: str, first: int, as_json: bool) -> None:
+    line = (
+        f"events before {first} are no longer in the stream (the session continued as new); "
+        f"the whole session: python client.py history {session_id}"
+    )
+    if as_json:  # standard output carries session events only
+        print(line, file=sys.stderr, flush=True)
+    else:
+        console.print(f"[dim]● {escape(line)}[/]")
+
+
 def _say(why: str) -> None:
     print(why, file=sys.stderr, flush=True)
 
@@ -297,6 +310,8 @@ async def _follow(
     try:
         async for item in session_events(client, handle.id, offset, say=_say):
             if item.offset is not None:
+                if item.offset > offset:  # the stream no longer holds the events before it
+                    _earlier_events_gone(handle.id, item.offset, as_json)
                 offset = item.offset + 1
             if as_json:
                 print(json.dumps(item.as_json()), flush=True)

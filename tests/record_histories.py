@@ -265,6 +265,14 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
         {"limits": {"continue_as_new_after_steps": 2}},
         nothing,
     ),
+    # Each continue-as-new puts the older messages, calls and turns in the store (a local
+    # activity and a patch marker) and hands on a bounded state.
+    "long_session": (
+        [{**tool_use("big_output", {"chars": 20_000}, id=f"b{i}"), "text": f"step {i}"} for i in range(6)]
+        + [answer("done")],
+        {"limits": {"continue_as_new_after_steps": 3}},
+        nothing,
+    ),
     "model_timeout": (
         [{"stall": 6, "text": "late"}, answer("on time")],
         {"limits": {"model_timeout_seconds": 2}},

@@ -27,6 +27,7 @@ from bench.billing import Actions, count
 from bench.economy import HEARTBEATS, REJECTED, metrics_url, scrape
 from devservers.fakemodel import FakeModelServer
 from sessions import control
+from sessions.archive import whole_history
 from tests.conftest import Harness, answer, model_activities, tool_use
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
@@ -34,7 +35,7 @@ from tests.test_agents import cli, team
 from tests.test_watch import EMAIL, run_cli, wait_for_status
 from worker import build_worker
 from workflows.agent import AgentWorkflow
-from workflows.contract import Decision, Limits, SessionHistory, SessionInput, SessionStatus
+from workflows.contract import Decision, Limits, SessionInput, SessionStatus
 
 AREA = "Billable actions"
 SETTLE_S = 1.0  # the server's counters lag its requests
@@ -151,10 +152,10 @@ async def test_the_sessions_count_is_its_history_and_the_servers_heartbeats(
         harness = Harness(client, fake_model, queue)
         handle, heartbeats, rejected = await _a_busy_session(harness, dev_server)
         status = await handle.query(AgentWorkflow.status)
-        history: SessionHistory = await handle.query(AgentWorkflow.history)
+        history = await whole_history(await handle.query(AgentWorkflow.history))
     # A worker that has never seen the session answers from a replay of its history.
     async with build_worker(client, TOOLS, queue=queue, model=model, heartbeat_timeout=timedelta(seconds=3)):
-        replayed = await handle.query(AgentWorkflow.history)
+        replayed = await whole_history(await handle.query(AgentWorkflow.history))
     found = await counted(client, handle.id, heartbeats)
     assert heartbeats >= 3  # two model calls and the slow tool outlast a beat's interval
     assert rejected == 1  # the refused approval: billed, and not in history

@@ -95,7 +95,8 @@ async def test_the_session_page_tells_the_story(tmp_path: Path, fake_model: Fake
             import sys
 
             started = subprocess.run(
-                [sys.executable, "client.py", "start", GOAL, "--session", session, "--user", "alice"],
+                [sys.executable, "client.py", "start", GOAL, "--session", session, "--user", "alice",
+                 "--approval-timeout", "600"],
                 cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
             )  # fmt: skip
             assert started.returncode == 0, started.stderr
@@ -140,7 +141,8 @@ async def test_the_session_page_tells_the_story(tmp_path: Path, fake_model: Fake
         # Every activity and timer has a summary.
         history = text["history"]
         for summary in ("model call 1 (claude-", "model call 2 (claude-", "model call 3 (claude-",
-                        'tool get_time {"timezone_name": "UTC"}', "tool send_email {", "approval wait for send_email",
+                        'tool get_time {"timezone_name": "UTC"}', "tool send_email {",
+                        "approval wait for send_email, at most 10m",
                         "timeout 1h", "list the worker's tools", "check the input of send_email"):  # fmt: skip
             assert summary in history, f"{summary!r} is not on the history page"
     finally:

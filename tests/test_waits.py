@@ -14,6 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
+from sessions.archive import whole_history
 from tests.conftest import Harness, answer, tool_use
 from tests.support.procs import status_of, wait_for_status, wait_until
 from tests.test_actions import LA_BATCH_OFF_BY_ONE
@@ -33,7 +34,8 @@ def tool_result(harness: Harness, session_id: str, step: int) -> dict[str, Any]:
 
 
 async def history_of(handle: WorkflowHandle) -> SessionHistory:
-    return await handle.query("history", result_type=SessionHistory)
+    """The whole history, earlier runs' stored parts joined in."""
+    return await whole_history(await handle.query("history", result_type=SessionHistory))
 
 
 async def timer_summaries(handle: WorkflowHandle) -> list[str]:
@@ -283,6 +285,21 @@ async def test_events_are_refused_past_100_undelivered_and_after_the_end(harness
     await asyncio.wait_for(handle.result(), timeout=30)
     with pytest.raises(RPCError, match="already completed"):
         await send_event(handle, "late")
+
+
+async def test_undelivered_events_hold_at_most_64000_characters_of_data(harness: Harness):
+    handle = await harness.start(
+        [tool_use("sleep", {"seconds": 3600, "reason": "hold"}, id="s1"), answer("never")], tools=["sleep"]
+    )
+    await wait_for_status(handle, "sleeping")
+    big = "x" * 3998  # 4,000 characters as JSON: the most one event may carry
+    for i in range(16):
+        await send_event(handle, f"e{i}", big)
+    with pytest.raises(WorkflowUpdateFailedError) as full:
+        await send_event(handle, "one-more", "y")
+    assert "already hold 64000 characters of data" in str(full.value.cause)
+    await handle.execute_update("cancel_session", CancelRequest(), result_type=str)
+    await asyncio.wait_for(handle.result(), timeout=30)
 
 
 async def test_status_precedence_paused_over_the_waits(harness: Harness):

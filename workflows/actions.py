@@ -12,6 +12,7 @@ and returns the update's result.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -37,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.events import DecisionRecorded
     from workflows.records import WAIT_FOR_EVENT, ReceivedEvent
     from workflows.session import Session
-    from workflows.state import MAX_UNDELIVERED_EVENTS
+    from workflows.state import MAX_UNDELIVERED_DATA, MAX_UNDELIVERED_EVENTS
 
 
 def signalled(
@@ -175,6 +176,16 @@ def check_event(session: Session, event: EventInput) -> None:
             f"session {session.id} already holds {MAX_UNDELIVERED_EVENTS} undelivered events; "
             "it takes no more until a wait_for_event takes some"
         )
+    held = sum(_data_size(e.data) for e in session.state.undelivered_events)
+    if held + _data_size(event.data) > MAX_UNDELIVERED_DATA:
+        raise ValueError(
+            f"session {session.id}'s undelivered events already hold {held} characters of data; "
+            f"at most {MAX_UNDELIVERED_DATA} together, until a wait_for_event takes some"
+        )
+
+
+def _data_size(data: Any) -> int:
+    return len(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
 
 
 def take_event(session: Session, event: EventInput) -> str:

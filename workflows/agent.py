@@ -4,7 +4,8 @@ The loop: call the model, record its response, run the tools it asked for (concu
 results in the model's order as one user turn), repeat until it answers or a limit stops
 it. Every way a run ends is a status with a reason; the workflow returns normally.
 
-The workflow holds one `SessionState` and hands it to continue-as-new as it is. The model
+The workflow holds one `SessionState` and hands it to continue-as-new, without what the
+loop no longer needs (workflows/archive.py puts that in the store). The model
 call (`ModelCaller`), the tool calls (`ToolRunner`) and the control actions (declared
 here, their rules and effects in `workflows/actions.py`) act on the `Session` they are
 given. Determinism: no I/O, no environment, no wall clock but `workflow.now()`.
@@ -24,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.workflow_streams import WorkflowStream
 
     from activities.wire import ContentBlock, Message, TextBlock
-    from workflows import actions, spans
+    from workflows import actions, archive, spans
     from workflows.contract import (
         CancelRequest,
         Decision,
@@ -113,7 +114,8 @@ class AgentWorkflow:
 
     @workflow.query
     def state(self) -> SessionState:
-        """Everything the session knows but its event stream: what a fork starts from."""
+        """Everything the session knows but its event stream: what a fork starts from (with
+        the parts earlier runs put in the store, which `sessions.archive.whole_state` joins)."""
         return self.session.state.model_copy(update={"stream_state": None})
 
     @workflow.signal(name=CHILD_APPROVALS)
@@ -426,13 +428,20 @@ class AgentWorkflow:
         return steps_this_run >= self.session.input.limits.continue_as_new_after_steps
 
     async def _continue_as_new(self) -> None:
-        """Hand the whole state to a new run of the same session: no activity is in flight."""
+        """Hand the state to a new run of the same session: no activity is in flight. What
+        the loop no longer needs goes to the store instead (workflows/archive.py)."""
         state = self.session.state
         self.stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
         await self.session.notifier.started()  # their deliveries go on in their own workflows
+        bounded = self.meter.patched(archive.BOUNDED_HANDOVER)
+        if bounded:
+            await archive.hand_over(self.session)
+            await workflow.wait_condition(workflow.all_handlers_finished)
         self.session.view.publish(ContinuedAsNew(run=state.runs + 1, steps=state.steps))
         state.stream_state = self.stream.get_state()
+        if bounded:
+            state.stream_state = archive.trim_stream(state.stream_state)
         workflow.continue_as_new(self.session.input.model_copy(update={"state": state}))
 
 

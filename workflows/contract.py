@@ -322,6 +322,9 @@ class SessionHistory(BaseModel):
     trace: list[TraceTurn]
     tool_calls: list[ToolCallRecord]
     temporal_actions: int = 0  # as in the status
+    # The running run's part only: the earlier parts are in the store from this one on
+    # (workflows/archive.py). The readers (`sessions.archive.whole_history`) join them; None after.
+    archive_ref: str | None = None
 
 
 class Decision(BaseModel):

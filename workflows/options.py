@@ -57,6 +57,8 @@ NOTIFY_ATTEMPT_TIMEOUT = timedelta(seconds=30)  # one POST (the client's own tim
 # The receiver refused the notification (a 4xx other than 408, 425, 429): not retried.
 NOTIFY_REFUSED = "NotificationRefused"
 
+ARCHIVE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
+
 
 class ActivityOptions(TypedDict, total=False):
     start_to_close_timeout: timedelta
@@ -115,6 +117,12 @@ def model_call_rate_limited(limits: Limits) -> ActivityOptions | None:
     """The rest of a rate-limited model's attempts, before its fallback; None if none are left."""
     rest = limits.model_attempts - ATTEMPTS_BEFORE_FALLBACK
     return model_call(limits, rest) if rest > 0 else None
+
+
+def archive() -> LocalActivityOptions:
+    """Writing a run's archived part to the store at continue-as-new: a few quick tries;
+    when they fail the run hands everything to the next, which tries again."""
+    return LocalActivityOptions(start_to_close_timeout=LOCAL_TIMEOUT, retry_policy=ARCHIVE_RETRY)
 
 
 # ---- the worker's tools ------------------------------------------------------------------

@@ -3,6 +3,7 @@ model turn. They are part of its state and of what the queries return."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime
 from typing import Any, Literal
@@ -99,7 +100,12 @@ class ToolCallRecord(BaseModel):
 
     def repeat_key(self) -> str:
         """What makes two calls the same call (`SessionState.repeats` counts them): the tool
-        and the model's input."""
+        and the hash of the model's input."""
+        digest = hashlib.sha256(self.plain_repeat_key().encode()).hexdigest()[:32]
+        return f"{self.name}:{digest}"
+
+    def plain_repeat_key(self) -> str:
+        """The key as sessions before `repeat_key` hashed the input counted it."""
         return f"{self.name}:{json.dumps(self.input, sort_keys=True, ensure_ascii=False)}"
 
 

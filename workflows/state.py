@@ -28,6 +28,8 @@ from workflows.records import (
 
 # Events kept for a later `wait_for_event`, at most: one more is refused.
 MAX_UNDELIVERED_EVENTS = 100
+# ... and the characters of their data as JSON, together: what a run hands to the next stays small.
+MAX_UNDELIVERED_DATA = 64_000
 # Tool call statuses after which a call has its result.
 SETTLED = ("done", "error", "denied", "cancelled", "not_run", "unknown")
 
@@ -90,6 +92,10 @@ class SessionState(BaseModel):
     run_worked_from: float = 0.0
     # Events that arrived before a wait for them, oldest first (`MAX_UNDELIVERED_EVENTS`).
     undelivered_events: list[ReceivedEvent] = Field(default_factory=list)
+    # What earlier runs handed to the store instead of to the next run (workflows/archive.py):
+    # the newest archived part (each names the one before it), and how many messages it holds.
+    archive_ref: str | None = None
+    archived_messages: int = 0
 
     @field_validator("calls", mode="before")
     @classmethod

@@ -107,8 +107,13 @@ class ToolRunner:
         return spec.requires_approval if rule == "tool" else rule == "always"
 
     def _count_repeat(self, call: ToolCallRecord) -> None:
-        key = call.repeat_key()
-        self.state.repeats[key] = call.repeats = self.state.repeats.get(key, 0) + 1
+        # Counted again at the end: the most recent calls' keys are the last ones, those a
+        # handover keeps (workflows/archive.py).
+        key, repeats = call.repeat_key(), self.state.repeats
+        count = repeats.pop(key, None)
+        if count is None:
+            count = repeats.pop(call.plain_repeat_key(), 0)
+        repeats[key] = call.repeats = count + 1
 
     def _request(self, call: ToolCallRecord) -> ToolRequest:
         return ToolRequest(

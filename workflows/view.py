@@ -194,6 +194,7 @@ class SessionView:
             trace=self.state.trace,
             tool_calls=list(self.state.calls.values()),
             temporal_actions=self.state.temporal_actions,
+            archive_ref=self.state.archive_ref,
         )
 
 
