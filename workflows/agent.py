@@ -71,6 +71,7 @@ class AgentWorkflow:
             id=workflow.info().workflow_id, input=input, state=state, view=view, meter=self.meter
         )
         self.steps_at_run_start = state.steps
+        self.bounded_handover = False  # asked in the run's first activation (`run`)
         self.model = ModelCaller(self.session)
         self.clock = WorkClock(self.session, lambda: self.model.in_flight)
         self.subagents = SubAgents(self.session)
@@ -84,6 +85,7 @@ class AgentWorkflow:
         # wherever it is asked again (`_run_with_limits`, the approval wait, sub-agents).
         self.meter.patched(WORKING_TIME)
         self.model.start()
+        self.bounded_handover = self.meter.patched(archive.BOUNDED_HANDOVER)
         self.session.view.changed()
         spans.session_started(self.session)
         handover = False
@@ -434,7 +436,7 @@ class AgentWorkflow:
         self.stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
         await self.session.notifier.started()  # their deliveries go on in their own workflows
-        bounded = self.meter.patched(archive.BOUNDED_HANDOVER)
+        bounded = self.bounded_handover
         if bounded:
             await archive.hand_over(self.session)
             await workflow.wait_condition(workflow.all_handlers_finished)
