@@ -24,7 +24,8 @@ Counted, by Cloud's rules:
   that task open until it ends), unless its result came in a task that started more than
   half a task timeout later: one that outlived its task's heartbeat is recorded in a later
   one. Both are read from history (its length and time as each task started), so a
-  replay counts the same.
+  replay counts the same. Exact except in one case (see below): a query answered
+  while a local activity runs.
 - **timers**: 1 per timer that reached the server (one started and cancelled in the same
   workflow task never does).
 - **signals** received and **updates** accepted: 1 each, counted by `Metering`
@@ -43,7 +44,21 @@ has them), queries (each `status` is one more), the attempts of an activity that
 other than by exhausting its retries or was cancelled (its result carries no attempt
 number), the heartbeats of the MCP tool listing and of failed attempts whose last beat
 was not recorded, and the workflow-task heartbeats of a local activity that runs longer
-than a workflow task. A worker without a workflow cache (`max_cached_workflows=0`) may
+than a workflow task.
+
+Not exact: the local-activity batches around a query answered while a local activity
+runs. The worker answers a query that came with a workflow task by completing that task
+at once, local activity or not, and asks for a new one; the result reaches the workflow
+in that new task whenever it came. The marker is in the completed task if the activity
+ended before the answer went out, else in the new one: a race between the activity and
+the query that leaves nothing the workflow can see (the result comes in the same new
+task, as soon after either way). The count takes the first; when the second happens and
+the completed task had another marker (a patch, another local activity), the session
+counts one batch too few (seen on a loaded machine: 28 against 29). When the new task
+starts more than half a task timeout after the one that scheduled the activity, the
+count takes the second, and one batch too many is possible. Either way the error is at
+most one batch per local activity whose result came in a later task than the one that
+scheduled it. A worker without a workflow cache (`max_cached_workflows=0`) may also
 record a quick local activity's marker in the next workflow task: one batch too few.
 """
 
