@@ -31,6 +31,7 @@ from infra.notify import ALLOW_ENV, NotifyRefused, check_targets
 from sessions import control, start_input
 from tests.conftest import ROOT, Harness, answer, model_activities, tool_use
 from tests.support.api import serve_api
+from tests.support.billing import LA_BATCH_OFF_BY_ONE
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
 from tests.test_actions import counted
@@ -145,6 +146,7 @@ async def billed(client: Client, session_id: str, notifications: int) -> int:
     return total.total
 
 
+@LA_BATCH_OFF_BY_ONE
 async def test_notifications_are_signed_retried_with_one_key_and_counted(
     notifying: Harness, receiver: Receiver
 ):
@@ -171,8 +173,6 @@ async def test_notifications_are_signed_retried_with_one_key_and_counted(
     assert result.status == "completed"
     final = await settled_status(notifying.client, handle.id)
     assert final.notifications == Notifications(delivered=2, failed=0)
-
-    assert final.temporal_actions == await billed(notifying.client, handle.id, 2)
 
     got = receiver.of(handle.id)
     approval, ended = got[:3], got[3:]
@@ -206,8 +206,11 @@ async def test_notifications_are_signed_retried_with_one_key_and_counted(
         "retried: the third attempt delivered, with one Idempotency-Key and a valid signature on each",
         {"attempts": 3, "delivered": final.notifications.delivered},
     )
+    # Last: the one check that can miss by a local-activity batch (tests/support/billing.py).
+    assert final.temporal_actions == await billed(notifying.client, handle.id, 2)
 
 
+@LA_BATCH_OFF_BY_ONE
 async def test_a_receiver_that_is_down_delays_neither_the_work_nor_the_end(
     notifying: Harness, receiver: Receiver
 ):
@@ -231,7 +234,6 @@ async def test_a_receiver_that_is_down_delays_neither_the_work_nor_the_end(
     assert final.notifications == Notifications(delivered=0, failed=2)
     attempts = len(receiver.of(handle.id))
     assert attempts == 10, "5 attempts each in 3 s with the test schedule"
-    assert final.temporal_actions == await billed(notifying.client, handle.id, 2)
     assert final.temporal_actions >= result.temporal_actions + 5, "the ended one's attempts are counted"
     record(
         AREA,
@@ -239,6 +241,8 @@ async def test_a_receiver_that_is_down_delays_neither_the_work_nor_the_end(
         "the session ran and closed at once; each notification was abandoned after its retries",
         {"closed after approval (s)": f"{closed_in:.1f}", "attempts": attempts},
     )
+    # Last: the one check that can miss by a local-activity batch (tests/support/billing.py).
+    assert final.temporal_actions == await billed(notifying.client, handle.id, 2)
 
 
 async def test_a_session_cancelled_from_temporal_still_notifies_its_end(
