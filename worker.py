@@ -211,7 +211,7 @@ def build_worker(
 
     from activities.mcp import McpActivities
     from activities.model import ModelActivities
-    from activities.model_queue import ModelQueueWorker
+    from activities.model_queue import ModelQueueWorker, server_rate
     from activities.notify import NotifyActivities
     from activities.tools import ToolActivities
     from infra.connection import task_queue
@@ -254,7 +254,9 @@ def build_worker(
         client,
         task_queue=model_task_queue(queue),
         activities=[model.call_model],
-        max_task_queue_activities_per_second=model_calls_per_second,
+        max_task_queue_activities_per_second=server_rate(model_calls_per_second)
+        if model_calls_per_second
+        else None,
         **throttles,
         **{k: v for k, v in options.items() if k in MODEL_WORKER_OPTIONS},
     )
@@ -422,6 +424,13 @@ async def main() -> None:
         where += f", heartbeat timeout {args.heartbeat_timeout.total_seconds():g} s"
     if rate is not None:
         where += f", at most {rate:g} model calls a second across the workers"
+        from activities.model_queue import set_queue_rate
+        from workflows.options import model_task_queue
+
+        if (refused := await set_queue_rate(client, model_task_queue(task_queue()), rate)) is not None:
+            logging.warning(
+                "the server kept no rate for the model calls' queue (%s): the workers' polls set it", refused
+            )
     where += (
         f", live text on {url}" if (url := live_url(worker.config().get("identity"))) else ", no live text"
     )

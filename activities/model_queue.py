@@ -5,9 +5,14 @@ every worker process polls that queue with a second `Worker` that runs only the 
 activity; `ModelQueueWorker` starts, drains and stops the two together. The queue is
 there so that the Temporal server can limit the model calls of every worker together:
 `worker.py --model-calls-per-second N` (or `AGENT_MODEL_CALLS_PER_SECOND`) sets the
-queue's `max_task_queue_activities_per_second`, which the server keeps for the queue as a
-whole, whichever worker polls it. The server takes the rate from the pollers (the latest
-poll that names one wins), so every worker of a deployment should give the same value.
+queue's rate on the server when the worker starts (`set_queue_rate`, Temporal's
+UpdateTaskQueueConfig): the server keeps it for the queue as a whole, whichever workers
+poll it, until it is set again. The model worker also names the rate in its polls
+(`max_task_queue_activities_per_second`), which the server uses where the configured rate
+cannot be set (a namespace that refuses the call). The server's limiter lets one second's
+worth of calls through at once after an idle spell, so the rate asked for is
+`RATE_HEADROOM` of N: any 5 seconds then hold at most 6 N calls, as one second's burst
+plus five at N would, with room for the jitter of dispatch.
 The SDK hands an activity to the worker that scheduled it (eager dispatch) only on the
 workflow's own queue, which is why the model calls are on another: an eager call would
 never pass through the queue's limit.
@@ -23,7 +28,41 @@ import asyncio
 import contextlib
 from typing import Any
 
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import RateLimit
+from temporalio.api.workflowservice.v1 import UpdateTaskQueueConfigRequest
+from temporalio.client import Client
+from temporalio.service import RPCError
 from temporalio.worker import Worker
+
+RATE_HEADROOM = 0.9
+
+
+def server_rate(per_second: float) -> float:
+    """The rate asked of the server for a limit of `per_second` model calls a second."""
+    return per_second * RATE_HEADROOM
+
+
+async def set_queue_rate(client: Client, queue: str, per_second: float) -> str | None:
+    """Set the rate of the model calls' queue `queue` on the server, for every worker that
+    polls it; None once set, else why not (the pollers' rate then applies)."""
+    update = UpdateTaskQueueConfigRequest.RateLimitUpdate(
+        rate_limit=RateLimit(requests_per_second=server_rate(per_second)),
+        reason=f"worker.py --model-calls-per-second {per_second:g}",
+    )
+    try:
+        await client.workflow_service.update_task_queue_config(
+            UpdateTaskQueueConfigRequest(
+                namespace=client.namespace,
+                identity=client.identity,
+                task_queue=queue,
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+                update_queue_rate_limit=update,
+            )
+        )
+    except RPCError as err:
+        return err.message
+    return None
 
 
 class ModelQueueWorker(Worker):
