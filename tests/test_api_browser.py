@@ -39,7 +39,8 @@ async def api(client: Client, dev_server: temporal_server.DevServer, data_dir: P
     # Its own fake model: the session id is the server's to choose, so the script is for "*".
     model = FakeModelServer().start()
     model.script.set("*", [
-        {**tool_use("send_email", EMAIL, id="e1", text=FIRST), "chunk_delay": 0.1},
+        # 18 pieces 0.3 s apart: the page has more than 5 s to show the text while it is written.
+        {**tool_use("send_email", EMAIL, id="e1", text=FIRST), "chunk_delay": 0.3},
         answer(ANSWER),
     ])  # fmt: skip
     try:
