@@ -395,6 +395,9 @@ def describe(definitions: Definitions) -> list[dict[str, Any]]:
             "name": name, "description": d.description, "model": d.model or DEFAULT_MODEL,
             "tools": d.tools, "mcp_servers": d.mcp_servers, "subagents": d.subagents,
             "approval": d.approval, "default": name == definitions.default,
+            "fallback_models": d.fallback_models or [], "approval_timeout": d.approval_timeout,
+            "notify": d.notify or [], "typed_answer": d.output_schema is not None or d.output_schema_file is not None,
+            **{key: getattr(d, key) for key in SETTING_FIELDS},
         }
         for name, d in definitions.agents.items()
     ]  # fmt: skip

@@ -103,8 +103,16 @@ async def test_an_agent_from_agents_toml(harness: Harness):
     calls = {c.tool_use_id: c for c in (await handle.query(AgentWorkflow.history)).tool_calls}
     assert calls["n1"].approval == "auto" and calls["e1"].approval == "required"
     code, out, _ = await cli(harness, "agents", "--json")
-    names = [json.loads(line)["name"] for line in out.splitlines()]
-    assert code == 0 and names == ["assistant", "researcher", "note-keeper"]
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and [row["name"] for row in rows] == ["assistant", "researcher", "note-keeper"]
+    # Every setting a start takes from an agent is listed, None or empty where it sets none.
+    assert {"fallback_models", "approval_timeout", "notify", "typed_answer", "thinking_budget", "temperature",
+            "top_p", "stop_sequences", "tool_choice"} <= set(rows[0])  # fmt: skip
+    assert (rows[0]["fallback_models"], rows[0]["thinking_budget"], rows[0]["typed_answer"]) == (
+        [],
+        None,
+        False,
+    )
 
 
 async def test_approval_rules_per_agent_and_tool(harness: Harness, tmp_path: Path):
