@@ -12,7 +12,8 @@ poll it, until it is set again. The model worker also names the rate in its poll
 cannot be set (a namespace that refuses the call). The server's limiter lets one second's
 worth of calls through at once after an idle spell, so the rate asked for is
 `RATE_HEADROOM` of N: any 5 seconds then hold at most 6 N calls, as one second's burst
-plus five at N would, with room for the jitter of dispatch.
+plus five at N would, with room for a worker that is slow to pass a call on (a busy
+machine delivers a second's calls late, together with the next second's).
 The SDK hands an activity to the worker that scheduled it (eager dispatch) only on the
 workflow's own queue, which is why the model calls are on another: an eager call would
 never pass through the queue's limit.
@@ -35,7 +36,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-RATE_HEADROOM = 0.9
+RATE_HEADROOM = 0.8
 
 
 def server_rate(per_second: float) -> float:
