@@ -16,31 +16,15 @@ import sys
 import time
 
 import pytest
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
 
 from sessions import control
 from tests.conftest import Harness, answer, tool_use
+from tests.measure_carried import carried_sizes
 from tests.support.api import collect_events, serve_api
 from tests.test_agents import cli
 from workflows.contract import SessionHistory
 
 LIMIT = 256 * 1024  # above it, Temporal's external storage would take the payload
-
-
-async def carried_sizes(client: Client, session_id: str, first_run: str) -> list[int]:
-    """Bytes of the input each continue-as-new handed to the next run, oldest first."""
-    sizes: list[int] = []
-    run_id: str | None = first_run
-    while run_id:
-        history = await client.get_workflow_handle(session_id, run_id=run_id).fetch_history()
-        run_id = None
-        for event in history.events:
-            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-                attributes = event.workflow_execution_continued_as_new_event_attributes
-                sizes.append(sum(p.ByteSize() for p in attributes.input.payloads))
-                run_id = attributes.new_execution_run_id
-    return sizes
 
 
 async def long_session(
@@ -66,7 +50,8 @@ async def long_session(
     result = result_task.result()
     assert result.status == "completed" and result.steps == steps + 1, result.error
     assert handle.first_execution_run_id is not None
-    return handle.id, await carried_sizes(harness.client, handle.id, handle.first_execution_run_id)
+    runs = await carried_sizes(harness.client, handle.id, handle.first_execution_run_id)
+    return handle.id, [size for _, size in runs]
 
 
 def assert_bounded_and_flat(sizes: list[int]) -> None:
