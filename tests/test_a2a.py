@@ -203,9 +203,10 @@ async def test_streaming_sends_status_updates_and_the_text_as_chunks(
     api: ApiProcess, client: TemporalClient, fake_model: FakeModelServer
 ):
     session_id = new_id()
-    # The model activity publishes deltas once a call has run 0.5 s: the text takes 1.2 s.
+    # The text takes 6 s, so a follower slowed by a loaded machine still arrives while the
+    # model writes it (one CI run's follower missed a 1.2 s turn).
     text = "one two three four five six seven eight nine ten eleven twelve"
-    fake_model.script.set(session_id, [answer(text, pace=0.1)])
+    fake_model.script.set(session_id, [answer(text, pace=0.5)])
     async with agent(api, "alice", streaming=True) as alice:
         with pytest.raises(Exception, match="no agent 'nobody'"):
             await anext(

@@ -106,18 +106,24 @@ async def hosts(
         print("\n".join(w.logs() for w in [*harness.hosts.workers, harness.alone]))
 
 
-def script(steps: int, kill_steps: set[int]) -> list[dict]:
-    """A 1 MB tool output first, then one small tool call per step, then the answer.
-    The first model call at each of `kill_steps` would take 60 s, so the kill lands while
-    it runs however slow the machine; its retry gets the same turn at once."""
-    turns = [tool_use("big_output", {"chars": MB}, id="big")]
+def script(steps: int, kill_steps: set[int]) -> dict[int, list[dict]]:
+    """The turns of each step: a 1 MB tool output first, then one small tool call a step,
+    then the answer. The first model call at each of `kill_steps` would take 60 s, so the
+    kill lands while it runs however slow the machine; its retry gets the same turn at once.
+    By step, so a retry nobody planned (a busy worker taken for dead with its 3 s heartbeat
+    timeout on a loaded machine) answers its own step, not the next one."""
+    turns = {1: [tool_use("big_output", {"chars": MB}, id="big")]}
     for step in range(2, steps):
         turn = {**tool_use("get_time", id=f"t{step}"), "delay": 0.05}
-        if step in kill_steps:
-            turns.append({**turn, "delay": 60})  # the killed attempt: never answered
-        turns.append(turn)
-    turns.append(answer("done"))
+        turns[step] = [{**turn, "delay": 60}, turn] if step in kill_steps else [turn]
+    turns[steps] = [answer("done")]
     return turns
+
+
+def scripted(h: HostsHarness, turns: dict[int, list[dict]]) -> str:
+    session_id = f"proc-{uuid.uuid4().hex[:10]}"
+    h.fake_model.script.set_by_step(session_id, turns)
+    return session_id
 
 
 async def running_call_host(handle: WorkflowHandle, hosts: Hosts) -> WorkerProcess:
@@ -161,11 +167,14 @@ async def run_moving_session(h: HostsHarness, steps: int) -> None:
     for _ in range(3):
         hosts.start()
     limits = {**LIMITS, "max_steps": steps + 5}
-    moving = await h.start(script(steps, kill_steps), goal="a long session", limits=limits)
+    moving = await h.start(
+        None, session_id=scripted(h, script(steps, kill_steps)), goal="a long session", limits=limits
+    )
     # The same session on one host, at the same time, for the history figures.
     solo = await start_session(
-        h.client, h.fake_model, h.alone.task_queue, script(steps, set()), goal="a long session", limits=limits
-    )
+        h.client, h.fake_model, h.alone.task_queue, None, session_id=scripted(h, script(steps, set())),
+        goal="a long session", limits=limits,
+    )  # fmt: skip
     h.handles.append(solo)
     h.alone.start()
 
@@ -181,6 +190,7 @@ async def run_moving_session(h: HostsHarness, steps: int) -> None:
     result = await result_of(moving, timeout=60 + steps * 3)
     solo_result = await result_of(solo, timeout=60 + steps * 3)
     assert result.status == solo_result.status == "completed" and result.answer == "done"
+    assert result.steps == solo_result.steps == steps
 
     # The 1 MB output reached the model whole after its reader moved host.
     after = h.requests(moving.id, 2)

@@ -269,6 +269,8 @@ async def test_fifty_pause_resume_update_pairs_at_once_stay_consistent(harness: 
     )
     await asyncio.sleep(0.3)
 
+    unsure: list[str] = []  # updates whose caller cannot tell whether the session took them
+
     async def send(name: str) -> bool:
         try:
             await handle.execute_update(name, result_type=str)
@@ -277,21 +279,25 @@ async def test_fifty_pause_resume_update_pairs_at_once_stay_consistent(harness: 
             assert "already paused" in str(err.cause) or "not paused" in str(err.cause), err.cause
             return False
         except RPCError as err:  # refused, not lost: the session ended, the server's limit on
-            # updates in flight for one workflow (10) was reached on a slow machine, or the server
-            # aborted an update not yet accepted (its workflow task was lost under load; the
-            # caller is told to send it again). The count of accepted updates below shows none
-            # of these was recorded.
+            # updates in flight for one workflow (10) was reached on a slow machine (refused
+            # before the session saw it), or the server aborted the update's wait (its workflow
+            # task was lost under load: the caller is told to send it again, and cannot know
+            # whether the session had already accepted it; the history says).
             reasons = ("closing workflow", "completed", "in-flight updates", "workflow update was aborted")
             assert any(reason in str(err) for reason in reasons), err
+            if "in-flight updates" not in str(err):
+                unsure.append(name)
             return False
 
     names = [name for _ in range(50) for name in ("pause_session", "resume_session")]
     outcomes = await asyncio.gather(*(send(n) for n in names))
-    paused = sum(ok for n, ok in zip(names, outcomes, strict=False) if n == "pause_session")
-    resumed = sum(ok for n, ok in zip(names, outcomes, strict=False) if n == "resume_session")
-    # Accepted updates alternate pause, resume, pause...: never two pauses in a row.
+    told = {name: sum(ok for n, ok in zip(names, outcomes, strict=False) if n == name) for name in set(names)}
+    # Accepted updates alternate pause, resume, pause...: never two pauses in a row. Each one
+    # accepted was told to its caller, but for those whose wait the server aborted.
     accepted = list(await accepted_updates(handle))
-    assert accepted.count("pause_session") == paused and accepted.count("resume_session") == resumed
+    for name, count in told.items():
+        assert count <= accepted.count(name) <= count + unsure.count(name), (name, told, unsure, accepted)
+    paused, resumed = accepted.count("pause_session"), accepted.count("resume_session")
     assert all(a != b for a, b in itertools.pairwise(accepted)), accepted
     assert not accepted or accepted[0] == "pause_session"
     snapshot = await handle.query("status", result_type=SessionStatus)

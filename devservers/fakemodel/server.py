@@ -250,6 +250,8 @@ class Script:
         self.used: dict[str, int] = {}
         self.faults: dict[str, list[Any]] = {}  # session -> [fault, times left or None]
         self.requests: list[dict[str, Any]] = []
+        # session -> step -> the turns for that step's successive requests (the last repeats)
+        self.by_step: dict[str, dict[int, deque[dict[str, Any]]]] = {}
 
     def set(self, session: str, turns: list[dict[str, Any]]) -> None:
         expanded: list[dict[str, Any]] = []
@@ -260,6 +262,14 @@ class Script:
             self.turns[session] = deque(expanded)
             self.used[session] = 0
 
+    def set_by_step(self, session: str, steps: dict[int, list[dict[str, Any]]]) -> None:
+        """Answer each step's requests (by their x-agent-step header) with its own turns, in
+        order, the last one again for any further attempt: a retry nobody planned (a worker
+        thought dead on a loaded machine) gets its step's answer, not the next step's."""
+        with self.lock:
+            self.by_step[session] = {step: deque(turns) for step, turns in steps.items()}
+            self.used[session] = 0
+
     def set_fault(self, session: str, fault: dict[str, Any] | None, times: int | None = None) -> None:
         """Answer the session's next `times` requests (None: all) with `fault`; None clears it."""
         with self.lock:
@@ -268,7 +278,7 @@ class Script:
             else:
                 self.faults[session] = [fault, times]
 
-    def next_turn(self, session: str, body: dict[str, Any]) -> dict[str, Any]:
+    def next_turn(self, session: str, body: dict[str, Any], step: str | None = None) -> dict[str, Any]:
         with self.lock:
             fault = self.faults.get(session)
             if fault is not None:
@@ -279,6 +289,13 @@ class Script:
                     else:
                         fault[1] = left - 1
                 return turn
+            steps = self.by_step.get(session)
+            if steps is not None:
+                turns = steps.get(int(step or 0))
+                if not turns:
+                    return {"status": 400, "message": f"fake model: no turn for step {step} of {session!r}"}
+                self.used[session] += 1
+                return turns.popleft() if len(turns) > 1 else turns[0]
             key = session if session in self.turns else "*" if "*" in self.turns else None
             if key is None:
                 return self.demo(body)
@@ -571,7 +588,7 @@ class Handler(BaseHTTPRequestHandler):
             # Refused as the real API refuses it, before a scripted turn is used.
             turn = {"status": refused[0], "message": refused[1]}
         else:
-            turn = self.server.script.next_turn(session, body)
+            turn = self.server.script.next_turn(session, body, self.headers.get("x-agent-step"))
         if turn.get("delay"):
             time.sleep(float(turn["delay"]))
         if turn.get("drop"):
