@@ -41,7 +41,7 @@ def ui_url(session_id: str, namespace: str = "default") -> str:
 
 
 async def start(client: Client, args: argparse.Namespace) -> int:
-    session_input = await resolve_start(client, args)
+    session_input = await with_search_attributes(client, args.session_input)
     session_id = args.session or f"session-{uuid.uuid4().hex[:12]}"
     try:
         handle = await control.start(
@@ -62,8 +62,14 @@ async def start(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
-async def resolve_start(client: Client, args: argparse.Namespace) -> SessionInput:
-    """The start input from `start`'s (or `schedule create`'s) arguments (`sessions.start_input`)."""
+async def with_search_attributes(client: Client, session_input: SessionInput) -> SessionInput:
+    """The start input, told whether the server has the project's search attributes."""
+    return session_input.model_copy(update={"search_attributes": await control.has_search_attributes(client)})
+
+
+def resolve_start(args: argparse.Namespace) -> SessionInput:
+    """The start input from `start`'s (or `schedule create`'s) arguments (`sessions.start_input`),
+    before connecting: a mistake in them is reported whether or not Temporal can be reached."""
     goal = read_goal(args)
     limits = {
         "max_steps": args.max_steps,
@@ -85,7 +91,6 @@ async def resolve_start(client: Client, args: argparse.Namespace) -> SessionInpu
         "summarize_dropped": args.summarize_dropped or None,
         "idle_timeout_seconds": args.idle_timeout,
         "notify": args.notify,
-        "search_attributes": await control.has_search_attributes(client),
     }
     if args.output_schema is not None:
         fields["output_schema"] = start_input.read_schema_file(args.output_schema)
@@ -223,8 +228,8 @@ async def fork(client: Client, args: argparse.Namespace) -> int:
 
 async def schedule(client: Client, args: argparse.Namespace) -> int:
     if args.schedule_command == "create":
-        session_input = await resolve_start(client, args)
-        every = schedules.parse_every(args.every) if args.every else None
+        session_input = await with_search_attributes(client, args.session_input)
+        every = args.every_delta
         await schedules.create(
             client, args.name, session_input, task_queue=task_queue(), cron=args.cron, every=every,
             summary=render.shorten(session_input.goal, 200),
@@ -323,6 +328,11 @@ async def run(args: argparse.Namespace) -> int:
     """Connect (unless the command needs no server) and run the command."""
     if args.command in OFFLINE:
         return await COMMANDS[args.command](None, args)
+    # What needs no server is checked first: a mistake in it is the one line the person sees.
+    if args.command == "start" or (args.command == "schedule" and args.schedule_command == "create"):
+        args.session_input = resolve_start(args)
+        if args.command == "schedule":
+            args.every_delta = schedules.parse_every(args.every) if args.every else None
     try:
         client = await connect()
     except Unreachable as err:

@@ -135,6 +135,25 @@ async def test_client_and_api_refuse_a_start_alike(dev_server, data_dir: Path, t
         api.stop()
 
 
+def test_a_bad_start_is_named_before_temporal_is_reached(tmp_path: Path):
+    # Nothing listens on this port: the start's own mistake is still the line the person sees.
+    env = {**os.environ, "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}", "AGENT_DATA_DIR": str(tmp_path)}
+    cases = [*((flags, needle) for _, flags, needle in REFUSED.values()),
+             (["--every", "soon"], "--every 'soon': use a number and a unit")]  # fmt: skip
+    for flags, needle in cases:
+        command = ["schedule", "create", "nightly", "go"] if flags[0] == "--every" else ["start", "go"]
+        cli = subprocess.run(
+            [sys.executable, "client.py", *command, *flags], cwd=ROOT, env=env,
+            capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert cli.returncode == 1 and needle in cli.stderr, (flags, cli.stderr)
+        assert len(cli.stderr.strip().splitlines()) == 1, cli.stderr
+    # A good start still says that the server is not there.
+    cli = subprocess.run([sys.executable, "client.py", "start", "go"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert cli.returncode == 1 and "python devserver.py" in cli.stderr, cli.stderr
+
+
 # ---- a setting whose extra is missing -----------------------------------------------------
 
 
