@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -34,22 +35,28 @@ pytestmark = pytest.mark.usefixtures("chromium_installed")  # a skip, or a failu
 
 
 @pytest_asyncio.fixture(scope="module")
-async def api(client: Client, dev_server: temporal_server.DevServer, data_dir: Path,
+async def page_model() -> AsyncIterator[FakeModelServer]:
+    model = FakeModelServer().start()
+    try:
+        yield model
+    finally:
+        model.stop()
+
+
+@pytest_asyncio.fixture(scope="module")
+async def api(client: Client, dev_server: temporal_server.DevServer, data_dir: Path, page_model: FakeModelServer,
               tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ApiProcess]:  # fmt: skip
     # Its own fake model: the session id is the server's to choose, so the script is for "*".
-    model = FakeModelServer().start()
+    model = page_model
     model.script.set("*", [
         # 18 pieces 0.3 s apart: the page has more than 5 s to show the text while it is written.
         {**tool_use("send_email", EMAIL, id="e1", text=FIRST), "chunk_delay": 0.3},
         answer(ANSWER),
     ])  # fmt: skip
-    try:
-        async with serve_api(
-            client, dev_server.address, model, data_dir, tmp_path_factory.mktemp("web")
-        ) as server:
-            yield server
-    finally:
-        model.stop()
+    async with serve_api(
+        client, dev_server.address, model, data_dir, tmp_path_factory.mktemp("web")
+    ) as server:
+        yield server
 
 
 async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProcess):
@@ -137,5 +144,37 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
             assert "completed" in (await row.text_content() or "")
             assert (await row.locator("td").all_text_contents())[6] == counted[1]  # the Actions column
             await page.screenshot(path=OUTPUT / "api-page-list-phone.png", full_page=True)
+        finally:
+            await browser.close()
+
+
+THOUGHT = "Which words would the team read first? " * 12  # 20 chunks 0.3 s apart: 6 s
+THINKING_PARTLY = "n => { const t = document.querySelector('#turn-1 .thinking'); return t && !t.hidden && t.textContent.length > 0 && t.textContent.length < n; }"
+
+
+async def test_the_thinking_streams_dimmed_above_the_text(api: ApiProcess, page_model: FakeModelServer):
+    from playwright.async_api import async_playwright
+
+    session_id = f"session-think-{uuid.uuid4().hex[:8]}"
+    page_model.script.set(session_id, [{"thinking": THOUGHT, "text": ANSWER, "chunk_delay": 0.3}])
+    async with api.client("alice") as http:
+        started = await http.post(
+            "/v1/sessions", json={"goal": "Say it well.", "session_id": session_id, "thinking_budget": 2048}
+        )
+        assert started.status_code == 201, started.text
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = await browser.new_page(viewport={"width": 1200, "height": 900})
+            await page.goto(f"{api.url}/?token={TOKENS['alice']}#/s/{session_id}")
+            # Partly there while the model thinks, in its own dimmed block, not in the text.
+            await page.wait_for_function(THINKING_PARTLY, arg=len(THOUGHT), timeout=20_000)
+            assert await page.locator("#turn-1 .text").text_content() == ""
+            style = await page.locator("#turn-1 .thinking").evaluate("e => getComputedStyle(e).fontStyle")
+            assert style == "italic"
+            await page.screenshot(path=OUTPUT / "api-page-thinking.png")
+            await page.wait_for_selector("#final-status", timeout=30_000)
+            assert await page.locator("#turn-1 .text").text_content() == ANSWER
+            assert await page.locator("#turn-1 .thinking").text_content() == THOUGHT
         finally:
             await browser.close()

@@ -5,7 +5,7 @@
 
 const $ = (selector) => document.querySelector(selector);
 const EVENT_TYPES = ["status", "turn", "tool_call", "tool_result", "approval", "decision",
-  "sleeping", "waiting_event", "event_received", "answered", "user_message", "continued", "end", "delta"];
+  "sleeping", "waiting_event", "event_received", "answered", "user_message", "continued", "end", "delta", "thinking_delta"];
 const FINAL = ["completed", "stopped", "failed", "cancelled"];
 let me = null;
 let listTimer = null;
@@ -157,7 +157,7 @@ function connect(view) {
   for (const type of EVENT_TYPES) {
     source.addEventListener(type, (message) => {
       if (view !== current) return;
-      if (type === "delta") return show(view, type, JSON.parse(message.data));
+      if (type === "delta" || type === "thinking_delta") return show(view, type, JSON.parse(message.data));
       const id = Number(message.lastEventId);
       if (id <= view.lastId) return;
       view.lastId = id;
@@ -183,7 +183,8 @@ async function nothingMore(view) {
 
 function show(view, type, event) {
   const handlers = {
-    delta: () => streamText(view, event.step, event.attempt, event.text),
+    delta: () => streamText(view, event.step, event.attempt, event.text, ".text"),
+    thinking_delta: () => streamText(view, event.step, event.attempt, event.text, ".thinking"),
     turn: () => finishTurn(event),
     tool_call: () => toolCall(event),
     tool_result: () => toolResult(event),
@@ -217,24 +218,29 @@ function turnBlock(step) {
   let block = document.getElementById(`turn-${step}`);
   if (!block) {
     block = el("div", { class: "message model", id: `turn-${step}` },
-      el("div", { class: "who", text: `step ${step}` }), el("div", { class: "text" }), el("div", { class: "tools" }));
+      el("div", { class: "who", text: `step ${step}` }), el("div", { class: "thinking", hidden: "" }),
+      el("div", { class: "text" }), el("div", { class: "tools" }));
     $("#conversation").append(block);
   }
   return block;
 }
 
-function streamText(view, step, attempt, text) {
+// The model's text, or its thinking (shown dimmed above the text, as it came: the recorded
+// turn keeps the text only), while the call runs.
+function streamText(view, step, attempt, text, part) {
   const block = turnBlock(step);
   if (block.dataset.done) return; // the turn has the whole text
-  const target = block.querySelector(".text");
   const connection = String(view.connection || 0);
-  // A retried attempt replaces the partial text; so does a call's first delta on a new
-  // connection, which is the text so far.
+  // A retried attempt replaces the partial text and thinking; so does a call's first delta
+  // on a new connection (the thinking so far, then the text so far, follow it).
   if (block.dataset.attempt !== String(attempt) || block.dataset.connection !== connection) {
     block.dataset.attempt = String(attempt);
     block.dataset.connection = connection;
-    target.textContent = "";
+    block.querySelector(".text").textContent = "";
+    block.querySelector(".thinking").textContent = "";
   }
+  const target = block.querySelector(part);
+  target.hidden = false;
   target.textContent += text;
 }
 
