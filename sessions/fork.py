@@ -74,7 +74,7 @@ def forked_state(session_id: str, state: SessionState, step: int, message: str |
             # a new session's first run
             "runs": 0, "paused": False, "idle": False, "closing": False, "queue": [], "run_started_at": None,
             "stream_state": None, "cancel_requested": None, "ending": None, "updated_at": None,
-            "child_approvals": {},
+            "child_approvals": {}, "child_waits": [],
             # a typed answer is given afresh
             "output": None, "has_output": False, "invalid_answers": 0,
             "notifications_sent": 0, "notifications": Notifications(),

@@ -302,7 +302,7 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
         steps=2, usage=Usage(input_tokens=99), cost_usd=9.0, paused=True, idle=True, closing=True, queue=["next"],
         user_turns=2, answer="a", run_started_at=t0, cancel_requested="stop", ending=Ending(status="cancelled"),
         updated_at=t0 + timedelta(hours=1), transcript_resends=5, subagent_runs=2, model_in_use="openai:gpt-4o",
-        child_approvals={"s.sub-2": [PendingApproval(tool_use_id="c", name="n", input={})]},
+        child_approvals={"s.sub-2": [PendingApproval(tool_use_id="c", name="n", input={})]}, child_waits=["s.sub-2"],
         worked_seconds=12.5, working_since=t0, run_worked_from=2.0,
         undelivered_events=[ReceivedEvent(name="build", data={"ok": True}, at=t0)],
     )  # fmt: skip
@@ -325,6 +325,7 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
         None,
     )
     assert fork.stream_state is None and fork.child_approvals == {} and fork.model_in_use is None
+    assert fork.child_waits == []
     assert (fork.worked_seconds, fork.working_since, fork.run_worked_from) == (0.0, None, 0.0)
     assert fork.undelivered_events == []
     # everything else as it was
@@ -332,7 +333,7 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
     changed = {"messages", "unsent", "transcript_ref", "calls", "trace", "steps", "usage", "cost_usd",
                "transcript_resends", "repeats", "user_turns", "answer", "runs", "paused", "idle", "closing", "queue",
                "run_started_at", "cancel_requested", "ending", "updated_at", "stream_state", "child_approvals",
-               "model_in_use", "worked_seconds", "working_since", "run_worked_from",
+               "child_waits", "model_in_use", "worked_seconds", "working_since", "run_worked_from",
                "undelivered_events"}  # fmt: skip
     for field in SessionState.model_fields.keys() - changed:
         assert getattr(fork, field) == getattr(source, field), field

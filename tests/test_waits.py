@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from sessions.archive import whole_history
 from tests.conftest import Harness, answer, tool_use
 from tests.support.procs import status_of, wait_for_status, wait_until
 from tests.test_actions import LA_BATCH_OFF_BY_ONE
+from workflows.agent import AgentWorkflow
 from workflows.contract import CancelRequest, Decision, EventInput, SessionHistory, SessionStatus
 
 EMAIL = {"to": "a@example.com", "subject": "hi", "body": "x"}
@@ -91,6 +94,54 @@ async def test_the_timeout_still_stops_work_after_a_wait(harness: Harness):
 
 def _steps(harness: Harness, session_id: str) -> bool:
     return len(harness.requests(session_id)) >= 1
+
+
+NAPPING_TEAM = """
+[agents.lead]
+description = "Hands work to a napper"
+timeout = 3
+subagents = ["napper"]
+
+[agents.napper]
+description = "Sleeps, then answers"
+tools = ["sleep"]
+"""
+
+
+async def test_a_subagent_in_a_wait_stops_its_parents_clock(harness: Harness, tmp_path: Path):
+    """A parent with a 3 s timeout whose sub-agent sleeps 5 s completes: the child's sleep
+    is not the parent's work either, and the child's work after it is."""
+    from tests.test_agents import cli
+
+    parent = f"test-{uuid.uuid4().hex[:10]}"
+    child = f"{parent}.sub-1"
+    harness.script(parent, [tool_use("agent__napper", {"task": "nap"}, id="n1"), answer("It napped.")])
+    harness.script(child, [
+        tool_use("sleep", {"seconds": 5, "reason": "nap"}, id="s1"),
+        {**answer("Rested."), "delay": 1},
+    ])  # fmt: skip
+    definitions = tmp_path / "agents.toml"
+    definitions.write_text(NAPPING_TEAM)
+    code, _, err = await cli(
+        harness, "start", "nap", "--agent", "lead", "--session", parent, definitions=definitions
+    )
+    assert code == 0, err
+    handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, parent)
+    child_handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, child)
+    await wait_for_status(child_handle, "sleeping")
+    # The parent's own status stays running: its sub-agent call runs.
+    assert (await status_of(handle)).status == "running"
+    result = await asyncio.wait_for(handle.result(), timeout=30)
+    assert (result.status, result.stop_reason, result.answer) == ("completed", None, "It napped.")
+    # The child's second model call (1 s) counts again; its 5 s sleep does not.
+    assert 1 <= result.worked_seconds < 3
+    # Its timeout timer stopped as the child began to sleep, and was armed again as it woke.
+    summaries = await timer_summaries(handle)
+    assert summaries[0] == "timeout 3s" and any(s.startswith("timeout 3s, ") for s in summaries[1:]), (
+        summaries
+    )
+    child_result = await child_handle.result()
+    assert child_result.status == "completed" and child_result.answer == "Rested."
 
 
 # ---- the approval deadline ------------------------------------------------------------------

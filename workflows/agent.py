@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.options import DESCRIBE_TOOLS_ATTEMPTS
     from workflows.session import Finished, HandOver, Session, describe_failure, fmt_duration
     from workflows.state import SessionState
-    from workflows.subagents import CHILD_APPROVALS, ChildApprovals, SubAgents, subagent_specs
+    from workflows.subagents import CHILD_APPROVALS, CHILD_WAITS, ChildApprovals, SubAgents, subagent_specs
     from workflows.tool_calls import ToolRunner, describe_tools, list_mcp_tools, wait_while_paused
     from workflows.typed_output import FINAL_ANSWER, TypedAnswers, answer_spec
     from workflows.view import SessionView
@@ -74,7 +74,7 @@ class AgentWorkflow:
         self.bounded_handover = False  # asked in the run's first activation (`run`)
         self.model = ModelCaller(self.session)
         self.clock = WorkClock(self.session, lambda: self.model.in_flight)
-        self.subagents = SubAgents(self.session)
+        self.subagents = SubAgents(self.session, self.clock)
         self.typed = TypedAnswers(self.session) if input.output_schema is not None else None
         self.tools = ToolRunner(self.session, self.subagents, self._wants_handover, self.typed)
         view.on_change = self.subagents.tell_parent
@@ -86,6 +86,8 @@ class AgentWorkflow:
         self.meter.patched(WORKING_TIME)
         self.model.start()
         self.bounded_handover = self.meter.patched(archive.BOUNDED_HANDOVER)
+        if input.parent is not None:
+            self.subagents.tells_waits = self.meter.patched(CHILD_WAITS)
         self.session.view.changed()
         spans.session_started(self.session)
         handover = False

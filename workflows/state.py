@@ -70,6 +70,8 @@ class SessionState(BaseModel):
     subagent_runs: int = 0  # numbers the child sessions: PARENT.sub-1, PARENT.sub-2, ...
     # What each running child session waits for, as it last told this one.
     child_approvals: dict[str, list[PendingApproval]] = Field(default_factory=dict)
+    # The running child sessions that said they wait and do not work (`working`).
+    child_waits: list[str] = Field(default_factory=list)
     # Temporal Cloud's billable actions the session caused (workflows/metering.py), and
     # those not yet in a trace turn (before the first, and during a model call).
     temporal_actions: int = 0
@@ -143,15 +145,24 @@ class SessionState(BaseModel):
 
     def working(self) -> bool:
         """Whether the run works now: a tool or sub-agent runs, or nothing holds the loop.
-        Waiting for a person, paused, idle and the durable waits are not work."""
+        Waiting for a person, paused, idle and the durable waits are not work, nor is a
+        sub-agent that waits in one of them."""
         if self.ending is not None or self.idle:
             return False
+        waits = False
         for call in self.calls.values():
-            if call.status != "running" or call.in_wait(SLEEP) or call.in_wait(WAIT_FOR_EVENT):
+            if call.status != "running":
                 continue
-            if not (call.child_session_id and self.child_approvals.get(call.child_session_id)):
-                return True
-        return self.run_status() == "running"
+            if call.in_wait(SLEEP) or call.in_wait(WAIT_FOR_EVENT) or self._child_waits(call):
+                waits = True
+                continue
+            return True
+        return not waits and self.run_status() == "running"
+
+    def _child_waits(self, call: ToolCallRecord) -> bool:
+        """Whether the call's sub-agent said it waits: for a person, or in a wait that is not work."""
+        child = call.child_session_id
+        return child is not None and (bool(self.child_approvals.get(child)) or child in self.child_waits)
 
     def worked(self, now: datetime) -> float:
         """Seconds of work over the session, the stretch running now included."""

@@ -8,7 +8,9 @@ shared: the child gets at most what the parent has left (split between the child
 one response), and its tokens and cost are added to the parent's when it ends. The
 parent's pause and resume are passed on; cancelling the parent cancels the child. The
 child tells its parent which of its calls wait for a person, so they show in the
-parent's status and can be decided through it.
+parent's status and can be decided through it, and whether it is in a wait that is not
+work (paused, waiting for a person, sleeping, waiting for an event), so the parent's
+working time stops while it is (`CHILD_WAITS`).
 """
 
 from __future__ import annotations
@@ -26,13 +28,16 @@ with workflow.unsafe.imports_passed_through():
     from workflows.contract import Limits, ParentLink, SessionInput, SessionStatus, SubAgent
     from workflows.records import PendingApproval, ToolCallRecord
     from workflows.session import Session, short
-    from workflows.working_time import WORKING_TIME
+    from workflows.working_time import WORKING_TIME, WorkClock
 
 TOOL_PREFIX = "agent__"
 # The signals between a parent and its children: the child tells what it waits for; the
 # parent passes on its pause and resume (the names of AgentWorkflow's own signals).
 CHILD_APPROVALS = "child_approvals"
 PAUSE, RESUME = "pause", "resume"
+# The patch under which a child also tells its parent when it starts or stops waiting
+# (`ChildApprovals.waiting`): one more signal each time. Asked in the child's first activation.
+CHILD_WAITS = "child-waits"
 
 
 class ChildApprovals(BaseModel):
@@ -40,6 +45,8 @@ class ChildApprovals(BaseModel):
 
     session_id: str
     pending: list[PendingApproval]
+    # Whether the child is in a wait that is not work (children that predate it never say so).
+    waiting: bool = False
 
 
 def subagent_specs(session: Session) -> list[ToolSpec]:
@@ -67,11 +74,13 @@ def subagent_specs(session: Session) -> list[ToolSpec]:
 
 
 class SubAgents:
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, clock: WorkClock) -> None:
         self.session = session
         self.state = session.state
+        self._clock = clock  # in a child: whether it works, for its parent's working time
         self._running: set[str] = set()
-        self._told: list[PendingApproval] | None = None
+        self._told: tuple[list[PendingApproval], bool] | None = None
+        self.tells_waits = False  # `CHILD_WAITS`, as the child's first activation asked it
 
     async def run(self, call: ToolCallRecord, spec: ToolSpec, siblings: int) -> tuple[str, bool]:
         """Run the child session for one call; its answer, or an error result with its reason."""
@@ -98,6 +107,8 @@ class SubAgents:
             pauses.cancel()
             self._running.discard(child_id)
             self.state.child_approvals.pop(child_id, None)
+            if child_id in self.state.child_waits:
+                self.state.child_waits.remove(child_id)
         return self._settle(sub, result)
 
     def _definition(self, spec: ToolSpec) -> SubAgent | None:
@@ -159,6 +170,11 @@ class SubAgents:
             return
         known = {p.tool_use_id for p in self.state.child_approvals.get(update.session_id, [])}
         self.state.child_approvals[update.session_id] = update.pending
+        waits = self.state.child_waits
+        if update.waiting and update.session_id not in waits:
+            waits.append(update.session_id)
+        elif not update.waiting and update.session_id in waits:
+            waits.remove(update.session_id)
         for pending in update.pending:
             if pending.tool_use_id not in known:
                 self.session.notifier.approval_requested(pending)
@@ -170,13 +186,23 @@ class SubAgents:
         if link is None:
             return
         pending = self.state.pending_approvals(self.session.id)
-        if pending == self._told:
+        waiting = self._waiting()
+        if (pending, waiting) == self._told:
             return
-        self._told = pending
+        self._told = (pending, waiting)
         parent = workflow.get_external_workflow_handle(link.session_id)
-        signal = parent.signal(CHILD_APPROVALS, ChildApprovals(session_id=self.session.id, pending=pending))
+        told = ChildApprovals(session_id=self.session.id, pending=pending, waiting=waiting)
+        signal = parent.signal(CHILD_APPROVALS, told)
         # No reference kept: the workflow's event loop holds every task until it ends.
         asyncio.create_task(signal)  # noqa: RUF006
+
+    def _waiting(self) -> bool:
+        """In a child: whether it waits and does not work (an ended one says as it last said)."""
+        if not self.tells_waits:
+            return False
+        if self.state.ending is not None:
+            return self._told[1] if self._told is not None else False
+        return not self._clock.working()
 
 
 def _priced(sub: SubAgent) -> bool:
