@@ -174,6 +174,15 @@ def subagent_fields() -> dict:
     }
 
 
+def sleeping_subagent_fields() -> dict:
+    """A parent whose sub-agent sleeps: the child tells it as it falls asleep and wakes."""
+    from workflows.contract import AgentSpec, Limits, SubAgent
+
+    sub = SubAgent(name="napper", description="sleeps", model="claude-haiku-4-5", system="Be brief.",
+                   limits=Limits(max_steps=5), tools=["sleep"], agent=AgentSpec(name="napper"))  # fmt: skip
+    return {"agent": AgentSpec(name="lead", subagents=[sub]), "tools": []}
+
+
 async def chat(handle) -> None:
     await wait_for(handle, "waiting_input")
     await handle.execute_update("send_message", {"text": "and then?"}, result_type=int)
@@ -286,6 +295,17 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
             "_fields": subagent_fields,
         },
         approve_in_child,
+    ),
+    "subagent_sleeps": (
+        [tool_use("agent__napper", {"task": "nap"}, id="n1"), answer("it napped")],
+        {
+            "_children": {
+                ".sub-1": [tool_use("sleep", {"seconds": 2, "reason": "nap"}, id="s1"), answer("rested")]
+            },
+            "_fields": sleeping_subagent_fields,
+            "limits": {"timeout_seconds": 30},
+        },
+        nothing,
     ),
     "thinking": (
         [
