@@ -290,7 +290,7 @@ class ToolRunner:
             self._close(call, "cancelled", "cancelled before it finished")
             raise
         if local:
-            meter.local_activity(task, outcome.attempt)
+            meter.local_activity(task, outcome.attempt, outcome.duration_ms)
         else:
             meter.activity(outcome.attempt, outcome.heartbeats)
         call.output_ref = outcome.content_ref
