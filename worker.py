@@ -414,6 +414,7 @@ async def main() -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
     import_sdks()
+    memory.freeze_startup()  # what every step leaves behind is collected sooner (infra/memory.py)
     if notify.allow and not notify.can_sign:
         logging.warning(
             "AGENT_NOTIFY_ALLOW is set but AGENT_WEBHOOK_SECRET is not: sessions that notify will fail"

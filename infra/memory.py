@@ -1,4 +1,5 @@
-"""A long-running worker's heap: allocations of 64 KB and more get pages of their own.
+"""A long-running worker's memory: allocations of 64 KB and more get pages of their own,
+and what the process built to start is left out of the garbage collector's counts.
 
 glibc's malloc serves a large allocation from its heap once a freed one has raised its
 (by default moving) threshold for mapping pages of their own. A worker allocates and
@@ -9,11 +10,19 @@ about 20 MB while the memory in use stayed the same. A fixed threshold sends tho
 allocations to their own pages, given back as each is freed, so the heap stays the size
 of what is in use. `MALLOC_MMAP_THRESHOLD_` in the environment (glibc's own setting) wins;
 other C libraries are left as they are.
+
+Python's collector runs a full collection only once the objects that survived the younger
+collections since the last one reach a quarter of the long-lived objects, most of which
+a worker builds to start (modules, the SDKs, pydantic's schemas): the garbage cycles that
+each step leaves then pile up for a thousand
+steps before they are collected. `gc.freeze()` once started leaves those objects out, so
+the full collections come with the session's own objects.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import platform
 
@@ -32,3 +41,9 @@ def fix_mmap_threshold(size: int = MMAP_THRESHOLD) -> bool:
         return bool(libc.mallopt(M_MMAP_THRESHOLD, size))
     except (OSError, AttributeError):
         return False
+
+
+def freeze_startup() -> None:
+    """Leave the objects built so far out of the collector's counts (and its passes)."""
+    gc.collect()
+    gc.freeze()
