@@ -199,7 +199,10 @@ def carried_section(c: dict, machine: str) -> list[str]:
         "The workflow's state stays the size it carries, and the model activity keeps in memory,",
         "for the session's next call, only the tail of the transcript that its context budget can",
         "send (the goal and the recent messages, about `--context-tokens` of them), not the whole",
-        "transcript: neither grows with the session's length.",
+        "transcript: neither grows with the session's length. The worker's first rows grow while",
+        "it warms up (its caches, the heap's first high-water mark, the first full collections of",
+        "Python's garbage collector); `python worker.py` keeps its heap from growing on afterwards",
+        "(infra/memory.py).",
         "",
         "What stays in the state at each handover, and what goes to the store, is in",
         "[reference/long-sessions.md](../reference/long-sessions.md#what-each-run-hands-to-the-next).",
@@ -211,11 +214,12 @@ def carried_section(c: dict, machine: str) -> list[str]:
 def memory_text(rss: list[float]) -> str:
     if not rss:
         return "not sampled."
-    if len(rss) == 1:
-        return f"{rss[0]:.0f} MB."
+    if len(rss) < 3:
+        return f"{rss[0]:.0f} MB over the first {BUCKET} steps, {rss[-1]:.0f} MB over the last."
+    later = rss[len(rss) // 3 :]
     return (
-        f"{rss[0]:.0f} MB over the first {BUCKET} steps (the worker warming up), then "
-        f"{min(rss[1:]):.0f} to {max(rss[1:]):.0f} MB a row; {rss[-1]:.0f} MB over the last {BUCKET}."
+        f"{rss[0]:.0f} MB over the first {BUCKET} steps, at most {max(rss):.0f} MB a row; over the last "
+        f"two thirds of the session {min(later):.0f} to {max(later):.0f} MB a row, {rss[-1]:.0f} MB over the last {BUCKET}."
     )
 
 
