@@ -139,3 +139,33 @@ async def test_a_long_session_keeps_its_tail_and_sends_what_the_whole_transcript
     assert fresh.last == provider.last
     assert (first.transcript_ref, first.context_dropped) == (second.transcript_ref, second.context_dropped)
     assert fresh.summaries == 0  # the summary was read from the store, not made again
+
+
+async def test_a_streamed_call_leaves_no_class_to_collect():
+    """The SDK's stream names a generic pydantic class at every call: built once, not per call."""
+    import anthropic
+
+    from devservers.fakemodel import FakeModelServer
+
+    fake = FakeModelServer().start()
+    client = anthropic.AsyncAnthropic(base_url=fake.url, api_key="test-key", max_retries=0)
+
+    async def call() -> None:
+        messages: Any = [{"role": "user", "content": "hi"}]
+        async with client.messages.stream(model="claude-x", max_tokens=10, messages=messages) as stream:
+            await stream.get_final_message()
+
+    try:
+        await call()
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            await call()
+            gc.collect()
+            classes = [o for o in gc.garbage if isinstance(o, type)]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    finally:
+        fake.stop()
+    assert classes == []
