@@ -59,7 +59,7 @@ import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, NoReturn
 
-from infra import extras, otel
+from infra import extras, memory, otel
 from infra.arguments import positive_float, positive_int
 from infra.errors import BadConfiguration, ConfigError, Unreachable
 
@@ -381,6 +381,7 @@ def parse_args() -> argparse.Namespace:
 
 async def main() -> None:
     args = parse_args()
+    memory.fix_mmap_threshold()  # the heap stays the size of what is in use (infra/memory.py)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from activities.live_server import live_url
     from activities.mcp import McpActivities
@@ -413,6 +414,7 @@ async def main() -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
     import_sdks()
+    memory.freeze_startup()  # what every step leaves behind is collected sooner (infra/memory.py)
     if notify.allow and not notify.can_sign:
         logging.warning(
             "AGENT_NOTIFY_ALLOW is set but AGENT_WEBHOOK_SECRET is not: sessions that notify will fail"

@@ -89,6 +89,15 @@ class Fitted:
     estimated_tokens: int
 
 
+@dataclass(frozen=True)
+class Cut:
+    """What `Tail.fit` sends: the messages, and how many after the goal it leaves out."""
+
+    messages: list[dict[str, Any]]
+    left_out: int
+    estimated_tokens: int
+
+
 def omission_note(count: int, summary: str | None) -> str:
     if summary:
         return (
@@ -111,30 +120,132 @@ def fit(
     """
     if sizes is None or len(sizes) != len(messages):
         sizes = [estimate_tokens(m) for m in messages]
-    total = fixed + sum(sizes)
-    if total <= budget or len(messages) < 3:
-        return Fitted(list(messages), [], total)
-    starts = cut_points(messages)
-    if not starts:
-        return Fitted(list(messages), [], total)
-    tail_sizes = _suffix_sums(sizes)
-    shortest = starts[-1]  # if nothing fits
-    fitting = next(
-        (s for s in starts
-         if fixed + estimate_tokens(_with_note(messages[0], omission_note(s - 1, summary))) + tail_sizes[s] <= budget),
-        shortest,
-    )  # fmt: skip
-    # Quantise the cut on the (append-only, so stable) running size of the transcript.
-    quantum = max(1, budget // 2)
+    cut = Tail.of(messages, sizes).fit(budget, fixed=fixed, summary=summary)
+    return Fitted(cut.messages, list(messages[1 : 1 + cut.left_out]), cut.estimated_tokens)
 
-    def before(s: int) -> int:
-        return tail_sizes[0] - tail_sizes[s]
 
-    target = math.ceil(before(fitting) / quantum) * quantum
-    chosen = next((s for s in starts if s >= fitting and before(s) >= target), fitting)
-    first = _with_note(messages[0], omission_note(chosen - 1, summary))
-    kept = [first, *messages[chosen:]]
-    return Fitted(kept, list(messages[1:chosen]), fixed + estimate_tokens(first) + tail_sizes[chosen])
+class Tail:
+    """The part of a transcript that fitting can still send: the goal and the messages
+    from `start` on, with what fitting needs to know of the rest (the estimates' sum, the
+    state of the cut points). A long session's model activity keeps this in memory
+    rather than the whole transcript; what it left out is read from the store when a
+    summary of it is asked for.
+
+    `trimmed(keep)` leaves out the older messages that no fit within `keep` tokens can
+    send: a message goes when even the run of messages from it to the end, with the goal,
+    is over `keep` (so no cut point before it can fit), and never past the last cut point
+    (which is what is sent when nothing fits). A fit within a budget up to `covers` then
+    picks the same cut, and sends the same messages, as one over the whole transcript.
+    """
+
+    __slots__ = ("covers", "messages", "points", "sizes", "start", "summarized", "thought", "total")
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []  # the goal, then the transcript's messages from `start`
+        self.sizes: list[int] = []  # their `estimate_tokens`
+        self.start = 1  # the index in the transcript of `messages[1]`
+        self.total = 0  # the estimates' sum over the whole transcript
+        self.points: list[int] = []  # the cut points from `start` on (`cut_points`)
+        self.thought = False  # `cut_points`' state after the last message
+        self.covers: int | None = None  # the largest budget fitted as the whole; None: it is whole
+        self.summarized: tuple[int, str] | None = None  # (messages left out, the key of their summary)
+
+    @classmethod
+    def of(cls, messages: list[dict[str, Any]], sizes: list[int] | None = None) -> Tail:
+        return cls().extended(messages, sizes)
+
+    @property
+    def count(self) -> int:
+        """The number of messages in the whole transcript."""
+        return self.start - 1 + len(self.messages)
+
+    @property
+    def whole(self) -> bool:
+        return self.start == 1
+
+    def extended(self, messages: list[dict[str, Any]], sizes: list[int] | None = None) -> Tail:
+        """A new tail with `messages` added at the end (this one is left as it is)."""
+        if sizes is None or len(sizes) != len(messages):
+            sizes = [estimate_tokens(m) for m in messages]
+        tail = Tail()
+        tail.messages = [*self.messages, *messages]
+        tail.sizes = [*self.sizes, *sizes]
+        tail.start = self.start
+        tail.total = self.total + sum(sizes)
+        tail.points = list(self.points)
+        tail.covers = None if self.covers is None else self.covers + sum(sizes)
+        tail.summarized = self.summarized
+        thought = self.thought
+        for i, message in enumerate(messages, start=self.count):
+            thought, point = _cut_point(i, message, thought)
+            if point:
+                tail.points.append(i)
+        tail.thought = thought
+        return tail
+
+    def trimmed(self, keep: int) -> Tail:
+        """This tail without the messages no fit within `keep` tokens can send (see above)."""
+        if not self.points or not self.messages:
+            return self
+        first = self.sizes[0]
+        run = sum(self.sizes[1:])
+        at = self.start  # the first message kept
+        while at < self.points[-1] and run + first > keep:
+            run -= self.sizes[at - self.start + 1]
+            at += 1
+        if at == self.start:
+            return self
+        left = (
+            self.sizes[at - self.start] + run + first - 1
+        )  # the run from `at - 1`, with the goal: over `keep`
+        tail = Tail()
+        tail.messages = [self.messages[0], *self.messages[at - self.start + 1 :]]
+        tail.sizes = [first, *self.sizes[at - self.start + 1 :]]
+        tail.start = at
+        tail.total = self.total
+        tail.points = [p for p in self.points if p >= at]
+        tail.thought = self.thought
+        tail.covers = left
+        tail.summarized = self.summarized
+        return tail
+
+    def all_messages(self) -> list[dict[str, Any]]:
+        if not self.whole:
+            raise ValueError("the tail of a transcript is not the whole of it")
+        return list(self.messages)
+
+    def fit(self, budget: int, *, fixed: int = 0, summary: str | None = None) -> Cut:
+        """The messages to send within `budget` tokens (`fixed` is spent on system and tools).
+
+        When the whole transcript would not fit, the goal and a run of recent messages that
+        fits, starting at a cut point; the cut is quantised (the module's docstring)."""
+        if self.covers is not None and budget > self.covers:
+            raise ValueError(f"a tail kept for {self.covers} tokens cannot be fitted to {budget}")
+        total = fixed + self.total
+        if total <= budget or self.count < 3 or not self.points:
+            return Cut(self.all_messages(), 0, total)
+        suffix = _suffix_sums(self.sizes)
+
+        def run(s: int) -> int:  # the estimates from message `s` to the end
+            return suffix[s - self.start + 1]
+
+        def before(s: int) -> int:
+            return self.total - run(s)
+
+        goal = self.messages[0]
+        shortest = self.points[-1]  # if nothing fits
+        fitting = next(
+            (s for s in self.points
+             if fixed + estimate_tokens(_with_note(goal, omission_note(s - 1, summary))) + run(s) <= budget),
+            shortest,
+        )  # fmt: skip
+        # Quantise the cut on the (append-only, so stable) running size of the transcript.
+        quantum = max(1, budget // 2)
+        target = math.ceil(before(fitting) / quantum) * quantum
+        chosen = next((s for s in self.points if s >= fitting and before(s) >= target), fitting)
+        first = _with_note(goal, omission_note(chosen - 1, summary))
+        kept = [first, *self.messages[chosen - self.start + 1 :]]
+        return Cut(kept, chosen - 1, fixed + estimate_tokens(first) + run(chosen))
 
 
 THINKING = ("thinking", "redacted_thinking")
@@ -146,16 +257,22 @@ def cut_points(messages: list[dict[str, Any]]) -> list[int]:
     points: list[int] = []
     thought = False  # the current turn (since a person's message) has a thinking block
     for i, message in enumerate(messages):
-        blocks = _blocks(message)
-        if message["role"] != "assistant":
-            if any(b.get("type") != "tool_result" for b in blocks):
-                thought = False  # a person's message opens a new turn
-            continue
-        starts_thinking = bool(blocks) and blocks[0].get("type") in THINKING
-        if i >= 2 and (starts_thinking or not thought):
+        thought, point = _cut_point(i, message, thought)
+        if point:
             points.append(i)
-        thought = thought or any(b.get("type") in THINKING for b in blocks)
     return points
+
+
+def _cut_point(i: int, message: dict[str, Any], thought: bool) -> tuple[bool, bool]:
+    """`cut_points`' state after message `i`, and whether the tail may start at it."""
+    blocks = _blocks(message)
+    if message["role"] != "assistant":
+        if any(b.get("type") != "tool_result" for b in blocks):
+            thought = False  # a person's message opens a new turn
+        return thought, False
+    starts_thinking = bool(blocks) and blocks[0].get("type") in THINKING
+    point = i >= 2 and (starts_thinking or not thought)
+    return thought or any(b.get("type") in THINKING for b in blocks), point
 
 
 def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:

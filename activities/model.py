@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.attempt_telemetry import model_call_telemetry
-from activities.context import Fitted, estimate_tokens, fit, summary_request
+from activities.context import Cut, Tail, estimate_tokens, summary_request
 from activities.deltas import Deltas
 from activities.heartbeat import Heartbeats
 from activities.model_errors import PROMPT_TOO_LONG, TRANSCRIPT_MISSING, terminal
@@ -33,7 +32,6 @@ from activities.wire import ArchivePart, ArchiveReceipt, ModelReply, ModelReques
 if TYPE_CHECKING:  # the SDKs are imported where a provider is built (activities.providers)
     import anthropic
 
-SIZES_KEPT = 1024  # transcripts whose token estimates are kept, like the store's own cache
 PROMPT_TOO_LONG_REFITS = 3
 REFIT_SHRINK = 0.7  # of the estimate that was too long: the estimate was off by this much
 COUNT_ABOVE = 0.85  # of the budget: ask the provider to count
@@ -57,29 +55,24 @@ class ModelActivities:
 
             self._providers.setdefault("anthropic", AnthropicProvider(client=client))
         self._specs: dict[str, list[ToolSpec]] = {}  # tool specs by their hash: read once
-        # The token estimates of the latest transcripts' messages, by reference, so that
-        # fitting a long transcript does not serialise every message again at each step.
-        self._sizes: OrderedDict[str, list[int]] = OrderedDict()
-        self._size_parents: dict[str, str | None] = {}  # a transcript keeps its latest two, as the store
 
     @activity.defn(name="call_model")
     @model_call_telemetry
     async def call_model(self, request: ModelRequest) -> ModelReply:
         """Call the model with the session's transcript plus the new messages."""
         provider, model = resolve(request.model, self._providers)
-        request, base, new = await self._load(request)
-        sizes = [*self._sizes_of(request.transcript_ref, base), *map(estimate_tokens, new)]
+        request, tail, new = await self._load(request)
         attempt = activity.info().attempt
         started = time.monotonic()
         beats = Heartbeats()  # only with a heartbeat timeout (activities/heartbeat.py)
         try:
             async with beats, Deltas(request.session_id, request.step, attempt) as deltas:
-                turn, fitted = await self._send(provider, model, request, base + new, sizes, deltas)
+                turn, cut = await self._send(provider, model, request, tail, deltas)
         except ApplicationError:
             raise
         except Exception as err:
             raise provider.classify(err) from err
-        ref = await self._record(request, new, base + new, sizes, turn)
+        ref = await self._record(request, new, tail, turn)
         return ModelReply(
             message=turn.message,
             stop_reason=turn.stop_reason,
@@ -88,7 +81,7 @@ class ModelActivities:
             transcript_ref=ref,
             latency_ms=int((time.monotonic() - started) * 1000),
             attempt=attempt,
-            context_dropped=len(fitted.dropped),
+            context_dropped=cut.left_out,
             heartbeats=beats.sent,
         )
 
@@ -99,15 +92,16 @@ class ModelActivities:
         ref = await self._store.put_archive(part.model_dump(mode="json", exclude_none=True))
         return ArchiveReceipt(ref=ref, attempt=activity.info().attempt)
 
-    async def _load(self, request: ModelRequest) -> tuple[ModelRequest, Messages, Messages]:
-        """The request with its tool specs, the stored transcript, and the new messages."""
+    async def _load(self, request: ModelRequest) -> tuple[ModelRequest, Tail, Messages]:
+        """The request with its tool specs, the tail of the stored transcript that the
+        request's context budget can use followed by the new messages, and the new messages."""
         try:
-            base = await self._store.load(request.transcript_ref)
+            stored = await self._store.load_tail(request.transcript_ref, _keep(request))
             new = [
                 await self._store.resolve(m.model_dump(mode="json", exclude_none=True))
                 for m in request.new_messages
             ]
-            return await self._with_tools(request), base, new
+            return await self._with_tools(request), stored.extended(new), new
         except TranscriptMissing as err:
             # The workflow answers this by sending the whole transcript once.
             raise ApplicationError(str(err), type=TRANSCRIPT_MISSING, non_retryable=True) from err
@@ -127,55 +121,36 @@ class ModelActivities:
             self._specs[request.tools_ref] = specs
         return request.model_copy(update={"tools": specs})
 
-    def _sizes_of(self, ref: str | None, messages: Messages) -> list[int]:
-        """`estimate_tokens` of each message of the transcript `ref`, remembered or worked out."""
-        if ref is not None and len(known := self._sizes.get(ref, [])) == len(messages):
-            self._sizes.move_to_end(ref)
-            return known
-        return [estimate_tokens(m) for m in messages]
-
-    def _remember_sizes(self, ref: str, sizes: list[int], parent: str | None) -> None:
-        self._sizes[ref] = sizes
-        self._sizes.move_to_end(ref)
-        self._size_parents[ref] = parent
-        if parent is not None and (grand := self._size_parents.pop(parent, None)) is not None:
-            self._sizes.pop(grand, None)
-            self._size_parents.pop(grand, None)
-        while len(self._sizes) > SIZES_KEPT:
-            evicted, _ = self._sizes.popitem(last=False)
-            self._size_parents.pop(evicted, None)
-
     async def _send(
         self,
         provider: Provider,
         model: str,
         request: ModelRequest,
-        messages: Messages,
-        sizes: list[int],
+        tail: Tail,
         deltas: Deltas,
-    ) -> tuple[ModelTurn, Fitted]:
+    ) -> tuple[ModelTurn, Cut]:
         """The provider's answer to the fitted messages, fitted tighter while it says too long."""
-        budget = request.context_tokens - request.max_tokens
+        budget = _keep(request)
         sent: Messages | None = None
         # Replaced by the provider's own error at its first refusal, which the loop needs to
         # end: the first fit is always sent.
         too_long = ApplicationError("prompt is too long", type=PROMPT_TOO_LONG, non_retryable=True)
         for _ in range(PROMPT_TOO_LONG_REFITS + 1):
-            fitted = await self._fit(provider, model, request, messages, sizes, budget)
-            if fitted.messages == sent:
+            cut = await self._fit(provider, model, request, tail, budget)
+            if cut.messages == sent:
                 break  # nothing more can be left out
-            sent = fitted.messages
+            sent = cut.messages
             outgoing = await self._with_attachments(sent)
             try:
                 return await provider.complete(
                     _call(request, model, outgoing), deltas.on_text, deltas.on_thinking
-                ), fitted
+                ), cut
             except Exception as err:
                 too_long = provider.classify(err)
                 if too_long.type != PROMPT_TOO_LONG:
                     raise too_long from err
             # Answered by compacting, never by sending the same request again.
-            budget = int(fitted.estimated_tokens * REFIT_SHRINK)
+            budget = int(cut.estimated_tokens * REFIT_SHRINK)
         raise too_long
 
     async def _with_attachments(self, messages: Messages) -> Messages:
@@ -193,39 +168,43 @@ class ModelActivities:
         provider: Provider,
         model: str,
         request: ModelRequest,
-        messages: Messages,
-        sizes: list[int],
+        tail: Tail,
         budget: int,
-    ) -> Fitted:
+    ) -> Cut:
         """The messages that fit the context window, with a summary of the rest if asked for."""
         fixed = estimate_tokens(request.system) + estimate_tokens(
             [t.for_model() for t in request.tools or []]
         )
-        fitted = fit(messages, budget, fixed=fixed, sizes=sizes)
-        if not fitted.dropped and fitted.estimated_tokens > budget * COUNT_ABOVE:
-            # Close to the limit: ask the provider rather than trust the estimate.
+        cut = tail.fit(budget, fixed=fixed)
+        if not cut.left_out and cut.estimated_tokens > budget * COUNT_ABOVE:
+            # Close to the limit: ask the provider rather than trust the estimate. (Nothing
+            # left out: the tail is the whole transcript.)
             counted = await provider.count_tokens(
-                _call(request, model, await self._with_attachments(messages))
+                _call(request, model, await self._with_attachments(tail.all_messages()))
             )
             if counted is not None and counted > budget:
-                fitted = fit(
-                    messages, int(budget * fitted.estimated_tokens / counted), fixed=fixed, sizes=sizes
-                )
-        if fitted.dropped and request.summarize_dropped:
-            summary = await self._summary(provider, model, request, fitted.dropped, budget)
-            fitted = fit(
-                messages, budget, fixed=fixed + estimate_tokens(summary), summary=summary, sizes=sizes
-            )
-        return fitted
+                cut = tail.fit(int(budget * cut.estimated_tokens / counted), fixed=fixed)
+        if cut.left_out and request.summarize_dropped:
+            summary = await self._summary(provider, model, request, tail, cut.left_out, budget)
+            cut = tail.fit(budget, fixed=fixed + estimate_tokens(summary), summary=summary)
+        return cut
 
     async def _summary(
-        self, provider: Provider, model: str, request: ModelRequest, dropped: Messages, budget: int
+        self, provider: Provider, model: str, request: ModelRequest, tail: Tail, left_out: int, budget: int
     ) -> str:
         """A summary of the messages left out, made once per distinct run of them."""
-        key = hashlib.sha256(json.dumps(dropped, sort_keys=True).encode()).hexdigest()
+        dropped: Messages | None = None
+        if tail.summarized is not None and tail.summarized[0] == left_out:
+            key = tail.summarized[1]  # the same messages as at an earlier call of this transcript
+        else:
+            dropped = await self._dropped(request, tail, left_out)
+            key = hashlib.sha256(json.dumps(dropped, sort_keys=True).encode()).hexdigest()
+            tail.summarized = (left_out, key)
         cached = await self._store.note(key)
         if cached is not None:
             return cached
+        if dropped is None:
+            dropped = await self._dropped(request, tail, left_out)
         call = ProviderCall(
             model=model,
             system="",
@@ -239,14 +218,27 @@ class ModelActivities:
         await self._store.save_note(key, text)
         return text
 
-    async def _record(
-        self, request: ModelRequest, new: Messages, messages: Messages, sizes: list[int], turn: ModelTurn
-    ) -> str:
-        """The transcript's new reference: one segment per call, the new messages and the reply."""
+    async def _dropped(self, request: ModelRequest, tail: Tail, left_out: int) -> Messages:
+        """The `left_out` messages after the goal: the older ones read from the store."""
+        if tail.whole:
+            return tail.messages[1 : 1 + left_out]
+        try:
+            stored = await self._store.load(request.transcript_ref)
+        except TranscriptMissing as err:
+            raise ApplicationError(str(err), type=TRANSCRIPT_MISSING, non_retryable=True) from err
+        return [*stored[1 : tail.start], *tail.messages[1:]][:left_out]
+
+    async def _record(self, request: ModelRequest, new: Messages, tail: Tail, turn: ModelTurn) -> str:
+        """The transcript's new reference: one segment per call, the new messages and the reply.
+        The store keeps the new transcript's tail that the next call's budget can use."""
         reply = turn.message.model_dump(mode="json", exclude_none=True)
-        ref = await self._store.extend(request.transcript_ref, [*new, reply], [*messages, reply])
-        self._remember_sizes(ref, [*sizes, estimate_tokens(reply)], request.transcript_ref)
-        return ref
+        recorded = tail.extended([reply]).trimmed(_keep(request))
+        return await self._store.extend(request.transcript_ref, [*new, reply], recorded)
+
+
+def _keep(request: ModelRequest) -> int:
+    """The request's context budget: the largest any fit of its transcript is given."""
+    return request.context_tokens - request.max_tokens
 
 
 def _call(request: ModelRequest, model: str, messages: Messages) -> ProviderCall:

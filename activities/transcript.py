@@ -19,9 +19,11 @@ import hashlib
 import json
 import os
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+from activities.context import Tail
 from infra.datadir import data_dir
 from infra.keyring import Keyring, keyring_from_env
 from infra.objects import CachedObjects, LocalObjects, Objects, SealedObjects
@@ -53,18 +55,21 @@ def open_store() -> TranscriptStore:
 
 
 class TranscriptStore:
-    """The store, with the latest transcripts in memory.
+    """The store, with the latest transcripts' tails in memory.
 
-    Each model call adds one entry to the cache; an entry is a list of references to
-    message dicts that the session's earlier entries share, so it costs a few bytes per
-    message, and a session keeps two entries (its latest transcript and the one before). The cache must hold at least one entry per session in flight: below that,
-    every call reads its session's chain of segments back from the objects. The default
-    matches the worker's cache of workflows (`max_cached_workflows`, 1000 by default).
+    Each model call adds one entry to the cache: the transcript's `Tail`
+    (activities/context.py), the goal and the recent messages a fit within the call's
+    context budget can send, sharing its message dicts with the session's earlier entries;
+    so a long session costs about its context budget here, not its length. A session
+    keeps two entries (its latest transcript and the one before). The cache must hold at
+    least one entry per session in flight: below that, every call reads its session's
+    chain of segments back from the objects. The default matches the worker's cache of
+    workflows (`max_cached_workflows`, 1000 by default).
     """
 
     def __init__(self, objects: Objects | Path, cache_size: int = 1024):
         self._objects = LocalObjects(objects) if isinstance(objects, Path) else objects
-        self._cache: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        self._cache: OrderedDict[str, Tail] = OrderedDict()
         self._cache_size = cache_size
         self._parents: dict[str, str | None] = {}  # of the cached entries
 
@@ -74,13 +79,17 @@ class TranscriptStore:
             raise TranscriptMissing(f"{what} is not in {self._objects.where()}")
         return data
 
-    async def load(self, ref: str | None) -> list[dict[str, Any]]:
-        """All messages of the transcript `ref`, oldest first."""
+    async def _walk(
+        self, ref: str | None, enough: Callable[[Tail], bool]
+    ) -> tuple[Tail, list[dict[str, Any]]]:
+        """The latest cached tail of `ref`'s chain that is `enough` (or an empty one), and
+        the messages stored after it, oldest first."""
         segments: list[list[dict[str, Any]]] = []
-        base: list[dict[str, Any]] = []
+        base = Tail()
         while ref is not None:
-            if ref in self._cache:
-                base = self._cache[ref]
+            cached = self._cache.get(ref)
+            if cached is not None and enough(cached):
+                base = cached
                 self._cache.move_to_end(ref)
                 break
             try:
@@ -89,24 +98,35 @@ class TranscriptStore:
                 raise TranscriptMissing(f"transcript segment {ref} is unreadable") from err
             segments.append(segment["messages"])
             ref = segment["parent"]
-        messages = list(base)
-        for segment in reversed(segments):
-            messages.extend(segment)
-        return messages
+        return base, [m for segment in reversed(segments) for m in segment]
+
+    def cached(self, ref: str) -> Tail | None:
+        """What this store keeps in memory of the transcript `ref`, if anything."""
+        return self._cache.get(ref)
+
+    async def load(self, ref: str | None) -> list[dict[str, Any]]:
+        """All messages of the transcript `ref`, oldest first."""
+        base, after = await self._walk(ref, lambda tail: tail.whole)
+        return [*base.messages, *after]
+
+    async def load_tail(self, ref: str | None, keep: int) -> Tail:
+        """The tail of the transcript `ref` that a fit within `keep` tokens can send."""
+        base, after = await self._walk(ref, lambda tail: tail.covers is None or tail.covers >= keep)
+        return base.extended(after).trimmed(keep) if after else base
 
     async def extend(
-        self, parent: str | None, messages: list[dict[str, Any]], full: list[dict[str, Any]]
+        self, parent: str | None, messages: list[dict[str, Any]], full: Tail | list[dict[str, Any]]
     ) -> str:
-        """Store `messages` after `parent`; `full` is the whole resulting transcript, for the cache."""
+        """Store `messages` after `parent`; `full` is the resulting transcript (or its
+        tail), for the cache."""
         if not messages and parent is not None:
             return parent
         body = json.dumps({"parent": parent, "messages": messages}, sort_keys=True, ensure_ascii=False)
         ref = hashlib.sha256(body.encode()).hexdigest()
         await self._objects.put(f"{ref[:2]}/{ref}.json", body.encode())
-        self._cache[ref] = full
+        self._cache[ref] = full if isinstance(full, Tail) else Tail.of(full)
         self._cache.move_to_end(ref)
-        # A transcript keeps its latest entry and the one before (a retried call reads that):
-        # older entries of its chain would hold a list of the whole transcript each.
+        # A transcript keeps its latest entry and the one before (a retried call reads that).
         self._parents[ref] = parent
         if parent is not None and (grand := self._parents.pop(parent, None)) is not None:
             self._cache.pop(grand, None)

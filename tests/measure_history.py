@@ -26,7 +26,7 @@ from devservers.fakemodel import FakeModelServer
 from infra.connection import connect
 from sessions import control
 from tests.conftest import model_activities
-from tests.measure_carried import measure_carried
+from tests.measure_carried import BUCKET, measure_carried
 from tests.support.tools import TOOLS
 from worker import build_worker
 from workflows.agent import AgentWorkflow
@@ -194,21 +194,33 @@ def carried_section(c: dict, machine: str) -> list[str]:
         "",
         f"Time per step: {first_ms:.0f} ms a step over the first third of the session, {last_ms:.0f} ms over",
         "the last (the machine's two cores were shared with other work: the spread between rows is",
-        "its load, not the session's length). Worker memory: "
-        + (
-            f"{rss[0]:.0f} MB over the first 100 steps, {rss[-1]:.0f} MB over the last."
-            if rss
-            else "not sampled."
-        ),
-        "The workflow's state stays the size it carries; what grows is the transcript the model",
-        "activity keeps in memory for the session's next call (it fits the context from the whole",
-        "transcript): the messages themselves, about the transcript's size as Python objects.",
+        "its load, not the session's length).",
+        f"Worker memory: {memory_text(rss)}",
+        "The workflow's state stays the size it carries, and the model activity keeps in memory,",
+        "for the session's next call, only the tail of the transcript that its context budget can",
+        "send (the goal and the recent messages, about `--context-tokens` of them), not the whole",
+        "transcript: neither grows with the session's length. The worker's first rows grow while",
+        "it warms up (its caches, the heap's first high-water mark, the first full collections of",
+        "Python's garbage collector); `python worker.py` keeps its heap from growing on afterwards",
+        "(infra/memory.py).",
         "",
         "What stays in the state at each handover, and what goes to the store, is in",
         "[reference/long-sessions.md](../reference/long-sessions.md#what-each-run-hands-to-the-next).",
         "",
     ]
     return lines
+
+
+def memory_text(rss: list[float]) -> str:
+    if not rss:
+        return "not sampled."
+    if len(rss) < 3:
+        return f"{rss[0]:.0f} MB over the first {BUCKET} steps, {rss[-1]:.0f} MB over the last."
+    later = rss[len(rss) // 3 :]
+    return (
+        f"{rss[0]:.0f} MB over the first {BUCKET} steps, at most {max(rss):.0f} MB a row; over the last "
+        f"two thirds of the session {min(later):.0f} to {max(later):.0f} MB a row, {rss[-1]:.0f} MB over the last {BUCKET}."
+    )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ with tools (the API refuses it without).
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any, cast
 
@@ -29,6 +30,23 @@ from activities.model_errors import MODEL_AUTH, IncompleteResponse, SdkErrors, c
 from activities.providers.base import ModelTurn, OnText, ProviderCall
 from activities.wire import MIN_THINKING_BUDGET, TOOL_CHOICE_WORDS, Message, ModelSettings, StopReason, Usage
 from infra.model_names import takes_adaptive_thinking, takes_only_adaptive_thinking
+
+
+def _streamed_message_class() -> object:
+    """The SDK's stream names `ParsedMessage[ResponseFormatT]` at every call, and pydantic
+    keeps such a class only while something else does: without a reference of this module's,
+    each streamed call built the class again and left it to the garbage collector (some 70
+    objects a call, a few MB between a long-running worker's full collections)."""
+    try:
+        response = importlib.import_module("anthropic.lib._parse._response")
+        parsed = importlib.import_module("anthropic.types.parsed_message")
+        generic: Any = getattr(parsed, "ParsedMessage")  # noqa: B009
+        return cast("object", generic[getattr(response, "ResponseFormatT")])  # noqa: B009
+    except (ImportError, AttributeError, TypeError):  # another version of the SDK: nothing to keep
+        return None
+
+
+_streamed_message = _streamed_message_class()
 
 TIMEOUT_S = 110.0
 CACHE = {"type": "ephemeral"}

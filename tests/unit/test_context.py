@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from activities.context import estimate_tokens, fit
+from activities.context import Tail, estimate_tokens, fit
 
 texts = st.text(alphabet="abcdefghij klmnop", min_size=0, max_size=400)
 
@@ -82,3 +82,67 @@ def test_known_sizes_fit_as_worked_out_ones(messages, budget):
     assert fit(messages, budget, sizes=sizes) == fit(messages, budget)
     # Estimates that do not match the messages are not trusted.
     assert fit(messages, budget, sizes=sizes[:-1]) == fit(messages, budget)
+
+
+@st.composite
+def thinking_histories(draw) -> list[dict]:
+    """Histories with thinking blocks, tool turns and a person's messages between turns."""
+    messages = [{"role": "user", "content": [{"type": "text", "text": draw(texts) or "goal"}]}]
+    for i in range(draw(st.integers(min_value=0, max_value=30))):
+        content = []
+        if draw(st.booleans()):
+            content.append({"type": "thinking", "thinking": draw(texts), "signature": "s"})
+        if draw(st.booleans()):
+            content.append({"type": "tool_use", "id": f"t{i}", "name": "x", "input": {"q": draw(texts)}})
+            messages.append({"role": "assistant", "content": content})
+            messages.append(
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": draw(texts)}],
+                }
+            )
+        else:
+            messages.append(
+                {"role": "assistant", "content": [*content, {"type": "text", "text": draw(texts)}]}
+            )
+            messages.append({"role": "user", "content": draw(texts) or "more"})
+    return messages
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    thinking_histories(),
+    st.integers(min_value=1, max_value=4000),
+    st.integers(min_value=1, max_value=6),
+    st.lists(st.integers(min_value=-200, max_value=4000), min_size=1, max_size=4),
+    st.integers(min_value=0, max_value=300),
+)
+def test_a_trimmed_tail_fits_as_the_whole_transcript(messages, keep, chunk, budgets, fixed):
+    """A tail that keeps, message by message, only what a fit within `keep` tokens can send
+    sends what a fit over the whole transcript sends, for every budget up to `keep`."""
+    tail = Tail.of([])
+    for at in range(0, len(messages), chunk):
+        tail = tail.extended(messages[at : at + chunk]).trimmed(keep)
+        seen = messages[: at + chunk]
+        assert tail.count == len(seen)
+        assert tail.messages[1:] == seen[tail.start :] and tail.messages[:1] == seen[:1]
+        for budget in [keep, *(b for b in budgets if b <= keep)]:
+            for summary in (None, "what happened"):
+                cut = tail.fit(budget, fixed=fixed, summary=summary)
+                whole = fit(seen, budget, fixed=fixed, summary=summary)
+                assert (cut.messages, seen[1 : 1 + cut.left_out], cut.estimated_tokens) == (
+                    whole.messages, whole.dropped, whole.estimated_tokens,
+                )  # fmt: skip
+
+
+def test_a_long_transcripts_tail_stays_the_size_of_its_budget():
+    tail = Tail.of([{"role": "user", "content": [{"type": "text", "text": "goal"}]}])
+    for i in range(3000):
+        tail = tail.extended([
+            {"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "x", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": "y" * 1000}]},
+        ]).trimmed(2000)  # fmt: skip
+    assert tail.count == 6001 and not tail.whole
+    # About 2,000 tokens of 300-token results, plus the goal: never the whole transcript.
+    assert len(tail.messages) <= 20 and sum(tail.sizes) < 2000 + 2 * 310
+    assert tail.covers is not None and tail.covers >= 2000
