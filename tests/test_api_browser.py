@@ -148,7 +148,7 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
             await browser.close()
 
 
-THOUGHT = "Which words would the team read first? " * 12  # 20 chunks 0.3 s apart: 6 s
+THOUGHT = "Which words would the team read first? " * 20  # 34 chunks 0.3 s apart: 10 s
 THINKING_PARTLY = "n => { const t = document.querySelector('#turn-1 .thinking'); return t && !t.hidden && t.textContent.length > 0 && t.textContent.length < n; }"
 
 
@@ -157,15 +157,18 @@ async def test_the_thinking_streams_dimmed_above_the_text(api: ApiProcess, page_
 
     session_id = f"session-think-{uuid.uuid4().hex[:8]}"
     page_model.script.set(session_id, [{"thinking": THOUGHT, "text": ANSWER, "chunk_delay": 0.3}])
-    async with api.client("alice") as http:
-        started = await http.post(
-            "/v1/sessions", json={"goal": "Say it well.", "session_id": session_id, "thinking_budget": 2048}
-        )
-        assert started.status_code == 201, started.text
     async with async_playwright() as playwright:
+        # The browser is up before the session starts: on a loaded machine its launch alone
+        # can take seconds of the thinking's 10.
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
             page = await browser.new_page(viewport={"width": 1200, "height": 900})
+            async with api.client("alice") as http:
+                started = await http.post(
+                    "/v1/sessions",
+                    json={"goal": "Say it well.", "session_id": session_id, "thinking_budget": 2048},
+                )
+                assert started.status_code == 201, started.text
             await page.goto(f"{api.url}/?token={TOKENS['alice']}#/s/{session_id}")
             # Partly there while the model thinks, in its own dimmed block, not in the text.
             await page.wait_for_function(THINKING_PARTLY, arg=len(THOUGHT), timeout=20_000)
