@@ -20,6 +20,14 @@ What keeps the replay equal to the worker's stream:
 - the worker's identity carries the fingerprint of its workflow code (infra/fingerprint.py),
   and a follower replays only histories whose latest task its own code completed.
 
+One difference the replay cannot avoid: an item's `at` is the time of the workflow task that
+made it, and a query that came with a workflow task while a local activity ran (an input
+check, a local tool) makes the worker complete that task at once and hand the activity's
+result to the next one; when the activity ended first, its marker is in the completed task,
+and the replay hands the result to that one. The items after it in that task then carry
+the completed task's time, earlier by the time between the two tasks (tens of milliseconds),
+in the replay than in the worker's stream (workflows/metering.py, "Not exact").
+
 When the code differs, or a replay fails, the follower says why once (`say`) and reads on
 through the update poll from the next offset: billable, but correct. A replay costs CPU
 here in proportion to the run's length (docs/operations/sizing.md); at most one runs every

@@ -30,7 +30,7 @@ def test_quick_benchmark_writes_the_report(tmp_path: Path):
     run = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(out),
          "--only", "plain,floor,project,project-local", "--scenarios", "single,many,history,scale"],
-        cwd=ROOT, capture_output=True, text=True, timeout=420,
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     page = (out / "benchmarks.md").read_text()
