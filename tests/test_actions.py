@@ -199,19 +199,13 @@ async def test_a_subagent_is_counted_in_its_parent(harness: Harness, tmp_path: P
 async def test_a_sleeping_subagents_word_to_its_parent_is_counted(harness: Harness, tmp_path: Path):
     """The child's signals that it sleeps and wakes (its parent's working time stops
     meanwhile) are counted in the parent, where they are received."""
-    from tests.test_waits import NAPPING_TEAM
+    from tests.test_waits import start_napping_lead
 
     parent = f"test-{uuid.uuid4().hex[:10]}"
     child = f"{parent}.sub-1"
     harness.script(parent, [tool_use("agent__napper", {"task": "nap"}, id="n1"), answer("Done.")])
     harness.script(child, [tool_use("sleep", {"seconds": 1, "reason": "nap"}, id="s1"), answer("Rested.")])
-    definitions = tmp_path / "agents.toml"
-    definitions.write_text(NAPPING_TEAM)
-    code, _, err = await cli(
-        harness, "start", "nap", "--agent", "lead", "--session", parent, definitions=definitions
-    )
-    assert code == 0, err
-    handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, parent)
+    handle = await start_napping_lead(harness, tmp_path, parent)
     result: SessionStatus = await asyncio.wait_for(handle.result(), 60)
     assert result.status == "completed"
     own, theirs = await counted(harness.client, parent), await counted(harness.client, child)

@@ -108,11 +108,23 @@ tools = ["sleep"]
 """
 
 
+async def start_napping_lead(harness: Harness, tmp_path: Path, parent: str):
+    """Start `parent` as the lead of NAPPING_TEAM, as client.py does; its handle."""
+    from tests.test_agents import cli
+
+    definitions = tmp_path / "agents.toml"
+    definitions.write_text(NAPPING_TEAM)
+    code, _, err = await cli(
+        harness, "start", "nap", "--agent", "lead", "--session", parent, definitions=definitions
+    )
+    assert code == 0, err
+    return harness.client.get_workflow_handle_for(AgentWorkflow.run, parent)
+
+
 async def test_a_subagent_in_a_wait_stops_its_parents_clock(harness: Harness, tmp_path: Path):
     """A parent with a 6 s timeout whose sub-agent sleeps 8 s completes: the child's sleep
     is not the parent's work either, and the child's work after it is. (The work around the
     sleep, some 2 s, took 3.6 s on a loaded machine: the limit leaves room for that.)"""
-    from tests.test_agents import cli
 
     parent = f"test-{uuid.uuid4().hex[:10]}"
     child = f"{parent}.sub-1"
@@ -121,13 +133,7 @@ async def test_a_subagent_in_a_wait_stops_its_parents_clock(harness: Harness, tm
         tool_use("sleep", {"seconds": 8, "reason": "nap"}, id="s1"),
         {**answer("Rested."), "delay": 1},
     ])  # fmt: skip
-    definitions = tmp_path / "agents.toml"
-    definitions.write_text(NAPPING_TEAM)
-    code, _, err = await cli(
-        harness, "start", "nap", "--agent", "lead", "--session", parent, definitions=definitions
-    )
-    assert code == 0, err
-    handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, parent)
+    handle = await start_napping_lead(harness, tmp_path, parent)
     child_handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, child)
     await wait_for_status(child_handle, "sleeping")
     # The parent's own status stays running: its sub-agent call runs.
