@@ -43,10 +43,10 @@ class Config:
     economy_watchers: int = 5
 
 
-# The quick mode runs beside a whole test suite on two cores: its 20 sessions at once got
+# The quick mode runs beside a whole test suite on two cores: its sessions at once got
 # 19 s steps there, so its limit is the full mode's, not a quick one.
-QUICK = Config(single_steps=10, single_reps=2, many_sessions=20, many_steps=3, many_reps=1,
-               history_steps=(5, 10, 20), history_output=5000, timeout_s=300, settle_s=1.0,
+QUICK = Config(single_steps=5, single_reps=1, many_sessions=10, many_steps=3, many_reps=1,
+               history_steps=(5, 10), history_output=5000, timeout_s=300, settle_s=1.0,
                scale_sessions=100, scale_steps=3, scale_delay_s=0.5, scale_timeout_s=120,
                economy_calls=3, economy_words=30, economy_reps=1, economy_watchers=2)  # fmt: skip
 

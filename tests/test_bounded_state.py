@@ -113,7 +113,8 @@ async def test_a_follower_behind_the_kept_events_is_told_where_they_are(
 ):
     """The stream keeps its last events: SSE answers a resume from before them with 410,
     `watch` says the rest is in `history`, and `history` has them all."""
-    session_id, sizes = await long_session(harness, 80, 10, chars=100)
+    steps = 40  # more events than the stream carries across continue-as-new (workflows/archive.py)
+    session_id, sizes = await long_session(harness, steps, 10, chars=1500)
     assert sizes
     async with (
         serve_api(harness.client, dev_server.address, fake_model, data_dir, tmp_path) as api,
@@ -132,7 +133,7 @@ async def test_a_follower_behind_the_kept_events_is_told_where_they_are(
         rest = await collect_events(olga, session_id, after=first - 1)  # the first kept follows
         assert [e.id for e in rest] == [e.id for e in kept]
         history = (await olga.get(f"/v1/sessions/{session_id}/history")).json()
-        assert len(history["messages"]) == 162 and len(history["tool_calls"]) == 80
+        assert len(history["messages"]) == 2 * steps + 2 and len(history["tool_calls"]) == steps
     env = dict(os.environ, TEMPORAL_ADDRESS=dev_server.address, TEMPORAL_TASK_QUEUE=harness.task_queue,
                AGENT_DATA_DIR=str(data_dir))  # fmt: skip
     watched = await asyncio.to_thread(
@@ -153,5 +154,5 @@ async def test_a_follower_behind_the_kept_events_is_told_where_they_are(
     )  # fmt: skip
     assert history.returncode == 0, history.stderr
     document = json.loads(history.stdout)
-    assert len(document["trace"]) == 81 and len(document["tool_calls"]) == 80
-    assert all(turn["tool_calls"] for turn in document["trace"][:80])
+    assert len(document["trace"]) == steps + 1 and len(document["tool_calls"]) == steps
+    assert all(turn["tool_calls"] for turn in document["trace"][:steps])
