@@ -106,7 +106,7 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
                 await final.text_content() or ""
             )
             assert decisions == [{"tool_use_id": "e1", "input": EDITED}]
-            await page.wait_for_selector("#session-status:text-is('completed')", timeout=10_000)
+            await page.wait_for_selector("#session-status:text-is('completed')", timeout=30_000)
             await asyncio.sleep(1)  # a late answer to the approval must not turn it back
             assert await page.locator("#session-status").text_content() == "completed"
             assert await page.locator("#cancel").is_disabled()
@@ -117,7 +117,7 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
             assert await page.locator("#turn-2 .text").text_content() == ANSWER
             assert "sent to" in (await page.locator("#call-e1 .output").text_content() or "")
             # The session's billable actions on Temporal Cloud, in the totals and in the list.
-            await page.wait_for_selector("#totals:has-text('Temporal actions')", timeout=10_000)
+            await page.wait_for_selector("#totals:has-text('Temporal actions')", timeout=20_000)
             counted = re.search(
                 r"· ([\d,]+) Temporal actions$", await page.locator("#totals").text_content() or ""
             )
@@ -126,7 +126,7 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
             per_turn = []
             for step in (1, 2):
                 label = page.locator(f"#turn-{step} .turn-actions")
-                await label.wait_for(timeout=10_000)
+                await label.wait_for(timeout=20_000)
                 found = re.fullmatch(r"([\d,]+) Temporal actions", await label.text_content() or "")
                 assert found, await label.text_content()
                 per_turn.append(int(found[1].replace(",", "")))

@@ -99,7 +99,7 @@ def _steps(harness: Harness, session_id: str) -> bool:
 NAPPING_TEAM = """
 [agents.lead]
 description = "Hands work to a napper"
-timeout = 6
+timeout = 10
 subagents = ["napper"]
 
 [agents.napper]
@@ -122,15 +122,15 @@ async def start_napping_lead(harness: Harness, tmp_path: Path, parent: str):
 
 
 async def test_a_subagent_in_a_wait_stops_its_parents_clock(harness: Harness, tmp_path: Path):
-    """A parent with a 6 s timeout whose sub-agent sleeps 8 s completes: the child's sleep
+    """A parent with a 10 s timeout whose sub-agent sleeps 12 s completes: the child's sleep
     is not the parent's work either, and the child's work after it is. (The work around the
-    sleep, some 2 s, took 3.6 s on a loaded machine: the limit leaves room for that.)"""
+    sleep, some 2 s, took 6.5 s on a loaded machine: the limit leaves room for that.)"""
 
     parent = f"test-{uuid.uuid4().hex[:10]}"
     child = f"{parent}.sub-1"
     harness.script(parent, [tool_use("agent__napper", {"task": "nap"}, id="n1"), answer("It napped.")])
     harness.script(child, [
-        tool_use("sleep", {"seconds": 8, "reason": "nap"}, id="s1"),
+        tool_use("sleep", {"seconds": 12, "reason": "nap"}, id="s1"),
         {**answer("Rested."), "delay": 1},
     ])  # fmt: skip
     handle = await start_napping_lead(harness, tmp_path, parent)
@@ -138,13 +138,13 @@ async def test_a_subagent_in_a_wait_stops_its_parents_clock(harness: Harness, tm
     await wait_for_status(child_handle, "sleeping")
     # The parent's own status stays running: its sub-agent call runs.
     assert (await status_of(handle)).status == "running"
-    result = await asyncio.wait_for(handle.result(), timeout=30)
+    result = await asyncio.wait_for(handle.result(), timeout=45)
     assert (result.status, result.stop_reason, result.answer) == ("completed", None, "It napped.")
-    # The child's second model call (1 s) counts again; its 8 s sleep does not.
-    assert 1 <= result.worked_seconds < 6
+    # The child's second model call (1 s) counts again; its 12 s sleep does not.
+    assert 1 <= result.worked_seconds < 10
     # Its timeout timer stopped as the child began to sleep, and was armed again as it woke.
     summaries = await timer_summaries(handle)
-    assert summaries[0] == "timeout 6s" and any(s.startswith("timeout 6s, ") for s in summaries[1:]), (
+    assert summaries[0] == "timeout 10s" and any(s.startswith("timeout 10s, ") for s in summaries[1:]), (
         summaries
     )
     child_result = await child_handle.result()
@@ -209,12 +209,16 @@ async def test_sleep_waits_on_a_timer_and_the_model_hears_how_long(harness: Harn
     result = await asyncio.wait_for(handle.result(), timeout=30)
     assert time.monotonic() - began >= 1
     assert result.status == "completed" and result.wake_at is None
-    assert tool_result(harness, handle.id, 2) == {"text": "slept 4s", "is_error": False}
+    # The model hears how long it slept: 4 s, or a second more when a loaded machine ran
+    # the workflow task after the timer late.
+    heard = tool_result(harness, handle.id, 2)
+    assert heard in ({"text": "slept 4s", "is_error": False}, {"text": "slept 5s", "is_error": False}), heard
     # The model was offered the tools the session names, and only those.
     first = harness.requests(handle.id)[0]["body"]
     assert sorted(t["name"] for t in first["tools"]) == ["get_time", "sleep"]
     [call] = (await history_of(handle)).tool_calls
     assert 4000 <= (call.duration_ms or 0) < 6000
+    assert heard["text"] == f"slept {round((call.duration_ms or 0) / 1000)}s"
     # The sleep is not work: the two model calls and the loop took well under its 4 s.
     assert result.worked_seconds < 4
     assert "sleep 4s: let the deploy settle" in await timer_summaries(handle)
