@@ -157,7 +157,7 @@ async def test_a_session_whose_workflow_task_keeps_failing_is_stuck_until_a_fixe
         code, out, _ = await run_cli(harness, "list", "--json")
         rows = {json.loads(line)["session_id"]: json.loads(line) for line in out.splitlines()}
         assert rows[session_id]["status"] == "stuck"
-        watched = await _watch_until(harness, session_id, "stuck:")
+        watched = await _watch_until(harness, session_id, "stuck:", timeout=60)
         assert "a bug in the loop" in watched
     # The fixed worker (the real workflow) carries the session on from its history.
     fixed = build_worker(
