@@ -340,6 +340,41 @@ async def test_a_refusal_after_the_last_model_call_is_in_the_result(harness: Har
     assert code == 0 and json.loads(out)["temporal_actions"] == result.temporal_actions, err
 
 
+async def test_a_refusal_held_at_continue_as_new_goes_to_the_next_run(harness: Harness):
+    """A refusal no model call recorded before the run continued as new is in the next
+    run's input, so the session's result counts it."""
+    handle = await harness.start(
+        [{**tool_use("get_time", id="t1"), "delay": 1.5}, answer("Noon.")],
+        limits={"continue_as_new_after_steps": 1},
+    )
+    await scheduled_model_call(handle)
+    await handle.execute_update(AgentWorkflow.pause_session)  # the tools wait for the resume
+    await settled_after_model_call(handle, 1)
+    paused = await handle.query(AgentWorkflow.status)
+    assert paused.status == "paused", paused
+    await _refuse(handle, AgentWorkflow.pause_session)  # already paused
+    await handle.execute_update(AgentWorkflow.resume_session)  # the tool, then the next run at once
+    result: SessionStatus = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed" and result.runs == 2, result
+    found = await counted(harness.client, handle.id)
+    assert result.temporal_actions == found.total + 1, found.as_dict()
+
+
+async def scheduled_model_call(handle: WorkflowHandle, timeout: float = 30) -> None:
+    """Wait, reading history only, until the session's first model call is scheduled."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        events = [e async for e in handle.fetch_history_events()]
+        if any(
+            e.activity_task_scheduled_event_attributes.activity_type.name == "call_model"
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        ):
+            return
+        assert asyncio.get_running_loop().time() < deadline, "no model call scheduled"
+        await asyncio.sleep(0.1)
+
+
 async def settled_after_model_call(handle: WorkflowHandle, calls: int, timeout: float = 30) -> None:
     """Wait, reading history only, until the workflow task that took the session's `calls`th
     model reply has completed: its local activities (an input check) have ended with it, so
