@@ -50,8 +50,8 @@ Counted, by Cloud's rules:
 Not counted, because the workflow cannot know them: updates refused while the worker
 held them in memory and lost them before a model call, a continue-as-new or the session's
 end recorded them (the worker crashed, or evicted the session from its cache: a worker
-with `max_cached_workflows=0` loses every refusal not recorded in the workflow task it came
-in), updates the worker refused before any validator ran (an unknown update name, input
+with `--max-cached-workflows 0` loses every refusal not recorded in the workflow task it
+came in), updates the worker refused before any validator ran (an unknown update name, input
 that does not decode) and those the server refused (a closed session), queries (each
 `status` is one more), the attempts of an activity that failed
 other than by exhausting its retries or was cancelled (its result carries no attempt
