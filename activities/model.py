@@ -83,6 +83,7 @@ class ModelActivities:
             attempt=attempt,
             context_dropped=cut.left_out,
             heartbeats=beats.sent,
+            refusals=request.refusals,
         )
 
     @activity.defn(name="archive_records")

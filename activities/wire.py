@@ -235,6 +235,9 @@ class ModelRequest(BaseModel):
     summarize_dropped: bool = False
     # Thinking, sampling, stop sequences and this call's tool choice; None: the defaults.
     settings: ModelSettings | None = None
+    # Updates the session refused since the last call, which the reply carries back so that
+    # history records them (workflows/metering.py, "updates refused").
+    refusals: int = 0
 
 
 # Why a model response ended, the same for every provider. The workflow acts on these
@@ -258,6 +261,8 @@ class ModelReply(BaseModel):
     context_dropped: int = 0
     # Heartbeats the call sent over all its attempts (activities/heartbeat.py).
     heartbeats: int = 0
+    # The request's `refusals`, unchanged.
+    refusals: int = 0
 
     @field_validator("stop_reason", mode="before")
     @classmethod

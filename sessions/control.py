@@ -148,9 +148,14 @@ async def describe(h: WorkflowHandle) -> Any:
 
 async def status(client: Client, session_id: str) -> SessionStatus:
     """The session's status; `stuck` (with the failing task's message) when its workflow
-    task keeps failing."""
+    task keeps failing. A session that has closed with a result answers with it, without a
+    worker: the final status its worker computed, with the refusals no replay sees
+    (workflows/metering.py)."""
     h = handle(client, session_id)
-    stuck = await stuck_task(client, h)
+    described = await describe(h)
+    if (ended := await closed_status(client, h.id, described)) is not None:
+        return await with_notifications(client, ended)
+    stuck = await stuck_task(client, h, described)
     if stuck is None:
         return await with_notifications(client, await query(h, AgentWorkflow.status))
     try:
@@ -184,8 +189,41 @@ async def with_notifications(client: Client, snapshot: SessionStatus) -> Session
 
 
 async def history(client: Client, session_id: str) -> SessionHistory:
-    """The whole history: the running run's part joined with what earlier runs stored."""
-    return await whole_history(await query(handle(client, session_id), AgentWorkflow.history))
+    """The whole history: the running run's part joined with what earlier runs stored. A
+    session that has closed with a result takes its status and `temporal_actions` from the
+    result, as `status` does (a replay does not see the refusals its worker counted)."""
+    h = handle(client, session_id)
+    found = await whole_history(await query(h, AgentWorkflow.history))
+    ended = await closed_status(client, h.id, await describe(h))
+    if ended is None:
+        return found
+    ended = await with_notifications(client, ended)
+    return found.model_copy(update={"status": ended, "temporal_actions": ended.temporal_actions})
+
+
+async def closed_status(client: Client, session_id: str, described: Any) -> SessionStatus | None:
+    """The final status of the session's latest run, read from its last event when it has
+    completed with one (every way a session ends but a terminate or a timeout of the whole
+    workflow); None while it runs or when it ended otherwise."""
+    if described.status != WorkflowExecutionStatus.COMPLETED:
+        return None
+    last = await _last_event(client, session_id, described.run_id)
+    if last is None or last.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+        return None
+    payloads = last.workflow_execution_completed_event_attributes.result.payloads
+    [ended] = await client.data_converter.decode(payloads, [SessionStatus])
+    return ended
+
+
+async def _last_event(client: Client, session_id: str, run_id: str) -> Any:
+    response = await client.workflow_service.get_workflow_execution_history_reverse(
+        GetWorkflowExecutionHistoryReverseRequest(
+            namespace=client.namespace,
+            execution=WorkflowExecution(workflow_id=session_id, run_id=run_id),
+            maximum_page_size=1,
+        )
+    )
+    return response.history.events[0] if response.history.events else None
 
 
 def history_document(found: SessionHistory) -> dict[str, Any]:
@@ -212,10 +250,10 @@ async def query(h: WorkflowHandle, method: Callable[..., Any], *, timeout: timed
         raise Rejected(f"session {h.id} could not answer: {err}") from None
 
 
-async def stuck_task(client: Client, h: WorkflowHandle) -> StuckTask | None:
+async def stuck_task(client: Client, h: WorkflowHandle, described: Any = None) -> StuckTask | None:
     """The failing workflow task of a running session, read from its last WorkflowTaskFailed
-    event; None when its tasks complete."""
-    described = await describe(h)
+    event; None when its tasks complete. `described`: the session's description, if read."""
+    described = described if described is not None else await describe(h)
     if described.status != WorkflowExecutionStatus.RUNNING:
         return None
     pending = described.raw_description.pending_workflow_task
@@ -358,9 +396,10 @@ async def _actions_or_none(client: Client, execution: Any) -> int | None:
 
 async def _actions(client: Client, execution: Any) -> int | None:
     """A run's billable actions so far (`temporal_actions`): read from its last event once it
-    has closed (its result, or the state it continued as new with: reading history is not
-    billed), asked of the session while it runs (a query: one more action). None when no
-    worker answers in time, or the run ended without a result (terminated, timed out)."""
+    has closed (its result with its late notifications' attempts, as `status` has it, or the
+    state it continued as new with: reading history is not billed), asked of the session
+    while it runs (a query: one more action). None when no worker answers in time, or the
+    run ended without a result (terminated, timed out)."""
     if execution.status == WorkflowExecutionStatus.RUNNING:
         try:
             found = await query(client.get_workflow_handle(execution.id, run_id=execution.run_id),
@@ -368,20 +407,13 @@ async def _actions(client: Client, execution: Any) -> int | None:
         except (NoWorker, Rejected, SessionNotFound, RPCError):
             return None
         return found.temporal_actions
-    response = await client.workflow_service.get_workflow_execution_history_reverse(
-        GetWorkflowExecutionHistoryReverseRequest(
-            namespace=client.namespace,
-            execution=WorkflowExecution(workflow_id=execution.id, run_id=execution.run_id),
-            maximum_page_size=1,
-        )
-    )
-    if not response.history.events:
+    last = await _last_event(client, execution.id, execution.run_id)
+    if last is None:
         return None
-    last = response.history.events[0]
     if last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
         payloads = last.workflow_execution_completed_event_attributes.result.payloads
         [ended] = await client.data_converter.decode(payloads, [SessionStatus])
-        return ended.temporal_actions
+        return (await with_notifications(client, ended)).temporal_actions
     if last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
         payloads = last.workflow_execution_continued_as_new_event_attributes.input.payloads
         [carried] = await client.data_converter.decode(payloads, [SessionInput])

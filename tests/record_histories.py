@@ -60,6 +60,23 @@ async def approve(handle) -> None:
     await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
 
 
+async def approve_after_refusals(handle) -> None:
+    """Two updates refused (an unknown call, a resume of a running session), then the
+    approval: the next model call carries the refusals in its input and its reply."""
+    from temporalio.client import WorkflowUpdateFailedError
+
+    from workflows.contract import Decision
+
+    await wait_for(handle, "waiting_approval")
+    for name, args in (("approve_call", [Decision(tool_use_id="nope")]), ("resume_session", [])):
+        try:
+            await handle.execute_update(name, args=args, result_type=str)
+        except WorkflowUpdateFailedError:
+            continue
+        raise AssertionError(f"{name} was not refused")
+    await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
+
+
 async def approve_once_notified(handle) -> None:
     """Approve once the approval's notification has been delivered (its outcome signalled)."""
     from workflows.contract import Decision, SessionStatus
@@ -208,6 +225,7 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
         nothing,
     ),
     "approval": ([tool_use("send_email", EMAIL, id="e1"), answer("sent")], {}, approve),
+    "refused_updates": ([tool_use("send_email", EMAIL, id="e1"), answer("sent")], {}, approve_after_refusals),
     "approval_by_signal": ([tool_use("send_email", EMAIL, id="e1"), answer("sent")], {}, approve_by_signal),
     "deny": ([tool_use("send_email", EMAIL, id="e1"), answer("not sent")], {}, deny),
     "cancel_during_tool": (

@@ -4,9 +4,9 @@ A default worker schedules no heartbeat timeout and its activities send no heart
 session's `temporal_actions` (status, history, each trace turn) equals what
 bench/billing.py counts in its histories by Cloud's rules plus the heartbeats the dev
 server's counters saw, over continue-as-new, with approvals, pauses, local and regular
-tools, timers, upserts, a rejected update (not counted: nothing in history says it
-happened) and a sub-agent; and the same when every workflow task replays the session
-from its history.
+tools, timers, upserts, a sub-agent and refused updates (the dev server's rejection
+counter: nothing in history says they happened, the next model call's reply records them);
+and the same when every workflow task replays the session from its history.
 """
 
 from __future__ import annotations
@@ -151,24 +151,24 @@ async def test_the_sessions_count_is_its_history_and_the_servers_heartbeats(
         replayed = await whole_history(await handle.query(AgentWorkflow.history))
     found = await counted(client, handle.id, heartbeats)
     assert heartbeats >= 3  # two model calls and the slow tool outlast a beat's interval
-    assert rejected == 1  # the refused approval: billed, and not in history
-    assert status.temporal_actions == found.total, found.as_dict()
-    assert history.temporal_actions == found.total
-    assert sum(t.temporal_actions for t in history.trace) == found.total
+    assert rejected == 1  # the refused approval: billed, not in history, echoed by the next model call
+    assert status.temporal_actions == found.total + rejected, found.as_dict()
+    assert history.temporal_actions == found.total + rejected
+    assert sum(t.temporal_actions for t in history.trace) == found.total + rejected
     assert all(t.temporal_actions > 0 for t in history.trace)
-    assert replayed.temporal_actions == found.total
+    assert replayed.temporal_actions == found.total + rejected
     assert [t.temporal_actions for t in replayed.trace] == [t.temporal_actions for t in history.trace]
     record(
         AREA,
         "a session over two runs: local and regular tools, an approval, pause and resume, a refused "
         "update, heartbeats every 1 s; then its status from a worker that replays it",
         "`temporal_actions` in status equals bench/billing.py's count of its two histories plus the "
-        "server's heartbeat counter, and the same after a replay; the trace turns add up to it; the refused "
-        "update is the one not counted",
+        "server's heartbeat and rejected-update counters, and the same after a replay; the trace turns add "
+        "up to it",
         {
-            "actions": found.total,
+            "actions": found.total + rejected,
             "of which heartbeats": heartbeats,
-            "refused updates (not counted)": rejected,
+            "refused updates": rejected,
         },
     )
 
@@ -251,3 +251,158 @@ async def test_a_fork_counts_its_own_actions_from_zero(harness: Harness):
     source_trace = (await source.query(AgentWorkflow.history)).trace
     fork_trace = (await harness.client.get_workflow_handle(fork).query(AgentWorkflow.history)).trace
     assert fork_trace[0].temporal_actions == source_trace[0].temporal_actions  # the source's step, as it cost
+
+
+async def _refuse(handle: WorkflowHandle, update: Any, *args: Any) -> None:
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update(update, *args)
+
+
+async def test_refused_updates_are_counted_and_survive_a_replay(
+    client: Client, fake_model: FakeModelServer, data_dir: Path, dev_server
+):
+    """A refused update is billed (the dev server's rejection counter) and leaves nothing in
+    history: the session shows it at once, the next model call records it, so a worker that
+    replays the session counts it too; its result, and its status after it closed (read
+    from the result, with no worker), count every refusal."""
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    model = model_activities(fake_model, data_dir)
+    counters = Counters(dev_server)
+    harness = Harness(client, fake_model, queue)
+    async with build_worker(client, TOOLS, queue=queue, model=model):
+        handle = await harness.start([tool_use("send_email", EMAIL, id="e1"),
+                                      tool_use("send_email", EMAIL, id="e2"), answer("Sent.")])  # fmt: skip
+        await settled_after_model_call(handle, 1)
+        before = await handle.query(AgentWorkflow.status)
+        assert [p.tool_use_id for p in before.pending_approvals] == ["e1"]
+        await _refuse(handle, AgentWorkflow.approve_call, Decision(tool_use_id="nope"))
+        await _refuse(handle, AgentWorkflow.resume_session)  # not paused
+        shown = await handle.query(AgentWorkflow.status)
+        await handle.execute_update(AgentWorkflow.approve_call, Decision(tool_use_id="e1"))
+        await settled_after_model_call(handle, 2)
+        live = await handle.query(AgentWorkflow.status)
+        assert [p.tool_use_id for p in live.pending_approvals] == ["e2"]
+    # A worker that has never seen the session, and keeps none in its cache: it replays the
+    # history, where the second model call's reply carries the two refusals.
+    async with build_worker(client, TOOLS, queue=queue, model=model, max_cached_workflows=0):
+        replayed = await handle.query(AgentWorkflow.status)
+        replayed_history = await handle.query(AgentWorkflow.history)
+    found = await counted(client, handle.id)
+    async with build_worker(client, TOOLS, queue=queue, model=model):
+        await _refuse(handle, AgentWorkflow.deny_call, Decision(tool_use_id="e1"))  # already decided
+        late = await handle.query(AgentWorkflow.status)
+        await handle.execute_update(AgentWorkflow.approve_call, Decision(tool_use_id="e2"))
+        result: SessionStatus = await asyncio.wait_for(handle.result(), 60)
+        history = await control.history(client, handle.id)
+        rows = {row["session_id"]: row for row in await control.list_sessions(client, limit=200)}
+    heartbeats, rejected = await counters.since()
+    ended = await control.status(client, handle.id)  # no worker runs
+    total = await counted(client, handle.id, heartbeats)
+
+    assert rejected == 3, "the server billed each refusal"
+    assert shown.temporal_actions == before.temporal_actions + 2, "shown at once"
+    assert replayed == live, "the refusals the second model call carried are in its history"
+    assert replayed.temporal_actions == found.total + 2, found.as_dict()
+    assert sum(t.temporal_actions for t in replayed_history.trace) == replayed.temporal_actions
+    assert replayed_history.trace[0].temporal_actions > before.temporal_actions, "in the turn they came in"
+    assert late.temporal_actions == replayed.temporal_actions + 1, "shown at once on the new worker"
+    assert result.status == "completed"
+    assert result.temporal_actions == total.total + rejected, total.as_dict()
+    assert ended == result
+    assert history.status == result and history.temporal_actions == result.temporal_actions
+    assert sum(t.temporal_actions for t in history.trace) == result.temporal_actions
+    assert rows[handle.id]["actions"] == result.temporal_actions
+    record(
+        AREA,
+        "a session refused 3 updates (an approval of an unknown call, a resume of a running session, "
+        "a deny of a decided call); a worker without a cache replayed it between its model calls",
+        "each refusal shows in `status` at once; the next model call records it, so the replay counts "
+        "it too; the result is bench/billing.py's count of its history plus the server's rejection "
+        "counter, and `status` after the end (no worker), `history` and `list` say the same",
+        {"actions": result.temporal_actions, "refused updates": rejected},
+    )
+
+
+async def test_a_refusal_after_the_last_model_call_is_in_the_result(harness: Harness):
+    """A refusal no model call recorded is in the result, which the worker computed; a
+    replay cannot see it, so a closed session's `status` is its result."""
+    handle = await harness.start([answer("Hello.")], chat=True)
+    await settled_after_model_call(handle, 1)
+    await _refuse(handle, AgentWorkflow.resume_session)  # not paused
+    await handle.execute_update(AgentWorkflow.close_session)
+    result: SessionStatus = await asyncio.wait_for(handle.result(), 60)
+    found = await counted(harness.client, handle.id)
+    assert result.temporal_actions == found.total + 1, found.as_dict()
+    replayed = await handle.query(AgentWorkflow.status)
+    assert replayed.temporal_actions == found.total  # what a query of the closed session would say
+    assert await control.status(harness.client, handle.id) == result
+    code, out, err = await run_cli(harness, "status", handle.id, "--json")
+    assert code == 0 and json.loads(out)["temporal_actions"] == result.temporal_actions, err
+
+
+async def test_a_refusal_held_at_continue_as_new_goes_to_the_next_run(harness: Harness):
+    """A refusal no model call recorded before the run continued as new is in the next
+    run's input, so the session's result counts it."""
+    handle = await harness.start(
+        [{**tool_use("get_time", id="t1"), "delay": 1.5}, answer("Noon.")],
+        limits={"continue_as_new_after_steps": 1},
+    )
+    await scheduled_model_call(handle)
+    await handle.execute_update(AgentWorkflow.pause_session)  # the tools wait for the resume
+    await settled_after_model_call(handle, 1)
+    paused = await handle.query(AgentWorkflow.status)
+    assert paused.status == "paused", paused
+    await _refuse(handle, AgentWorkflow.pause_session)  # already paused
+    await handle.execute_update(AgentWorkflow.resume_session)  # the tool, then the next run at once
+    result: SessionStatus = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed" and result.runs == 2, result
+    found = await counted(harness.client, handle.id)
+    assert result.temporal_actions == found.total + 1, found.as_dict()
+
+
+async def scheduled_model_call(handle: WorkflowHandle, timeout: float = 30) -> None:
+    """Wait, reading history only, until the session's first model call is scheduled."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        events = [e async for e in handle.fetch_history_events()]
+        if any(
+            e.activity_task_scheduled_event_attributes.activity_type.name == "call_model"
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        ):
+            return
+        assert asyncio.get_running_loop().time() < deadline, "no model call scheduled"
+        await asyncio.sleep(0.1)
+
+
+async def settled_after_model_call(handle: WorkflowHandle, calls: int, timeout: float = 30) -> None:
+    """Wait, reading history only, until the workflow task that took the session's `calls`th
+    model reply has completed: its local activities (an input check) have ended with it, so
+    a query from here on cannot race one (see tests/support/billing.py)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        events = [e async for e in handle.fetch_history_events()]
+        replies = [i for i, e in enumerate(events) if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                   and _activity_type(events, e) == "call_model"]  # fmt: skip
+        if len(replies) >= calls:
+            tasks = [
+                e.event_type for e in events[replies[calls - 1] :] if e.event_type in WORKFLOW_TASK_EVENTS
+            ]
+            if tasks and tasks[-1] == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                return
+        assert asyncio.get_running_loop().time() < deadline, f"{len(replies)} model replies"
+        await asyncio.sleep(0.1)
+
+
+WORKFLOW_TASK_EVENTS = (
+    EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT,
+)
+
+
+def _activity_type(events: list[HistoryEvent], completed: HistoryEvent) -> str:
+    scheduled = completed.activity_task_completed_event_attributes.scheduled_event_id
+    return events[scheduled - 1].activity_task_scheduled_event_attributes.activity_type.name

@@ -101,9 +101,11 @@ async def test_second_decision_is_rejected_and_changes_nothing(harness: Harness)
     again = await rejected(handle, "approve_call", Decision(tool_use_id="e1"))
     flipped = await rejected(handle, "deny_call", Decision(tool_use_id="e1", reason="too late"))
     assert "already decided" in again and "already decided" in flipped
+    refused = await handle.query("status", result_type=SessionStatus)
+    assert refused.temporal_actions == waiting.status.temporal_actions + 2  # each refusal is billed
     await handle.signal("approve", Decision(tool_use_id="e1"))  # the signal path: ignored
     await handle.signal("deny", Decision(tool_use_id="e1"))
-    await signals_counted(handle, waiting.status, 2)
+    await signals_counted(handle, refused, 2)
     after = state(await handle.query("history", result_type=SessionHistory))
     assert after == before
     await handle.execute_update("approve_call", Decision(tool_use_id="e2"), result_type=str)
@@ -149,10 +151,13 @@ async def test_unknown_ids_are_rejected_while_a_call_waits(harness: Harness):
     for name in ("approve_call", "deny_call"):
         reason = await rejected(handle, name, Decision(tool_use_id="toolu_nope"))
         assert "no tool call 'toolu_nope'" in reason and "waiting: e1" in reason
+    refused = await handle.query("status", result_type=SessionStatus)
     await handle.signal("approve", Decision(tool_use_id="toolu_nope"))
-    after = await signals_counted(handle, before, 1)
-    # updated_at included: nothing was touched but the count of billable actions
-    assert after == before.model_copy(update={"temporal_actions": before.temporal_actions + 1})
+    after = await signals_counted(handle, refused, 1)
+    # updated_at included: nothing was touched but the count of billable actions (each
+    # refused update is one, as the signal is)
+    assert refused == before.model_copy(update={"temporal_actions": before.temporal_actions + 2})
+    assert after == before.model_copy(update={"temporal_actions": before.temporal_actions + 3})
     assert [p.tool_use_id for p in after.pending_approvals] == ["e1"]
     await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
     assert (await handle.result()).status == "completed"

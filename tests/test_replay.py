@@ -39,3 +39,24 @@ async def test_history_replays(path: Path):
         "replays with the current workflow code, no non-determinism",
         {"events": len(raw["events"])},
     )
+
+
+async def test_a_replay_schedules_the_model_call_without_the_refusals_its_history_carries():
+    """Refused updates reach history by echo (workflows/metering.py): the live worker put the
+    two refusals it held in the second model call's input, and the reply carried them back. A
+    replay runs no validator, so it schedules that call with 0; the history still replays,
+    because Temporal compares an activity's type and id on replay, not its input."""
+    path = HISTORIES / "refused_updates.json"
+    raw = json.loads(path.read_text())
+    history = WorkflowHistory.from_json("replay-refused", raw)
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "call_model"
+    ]
+    carried = [json.loads(a.input.payloads[0].data).get("refusals", 0) for a in scheduled]
+    assert carried == [0, 2]
+    replayer = Replayer(workflows=[AgentWorkflow], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure

@@ -104,6 +104,7 @@ class AgentWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)
         await self.session.notifier.ended()  # started, not delivered: the session closes at once
         spans.session_ended(self.session)
+        self.meter.record_refusals()  # the result records them (workflows/metering.py)
         return self.session.view.snapshot()
 
     # ---- queries and control -------------------------------------------------------------
@@ -446,6 +447,7 @@ class AgentWorkflow:
         state.stream_state = self.stream.get_state()
         if bounded:
             state.stream_state = archive.trim_stream(state.stream_state)
+        self.meter.record_refusals()  # the new run's input records them (workflows/metering.py)
         workflow.continue_as_new(self.session.input.model_copy(update={"state": state}))
 
 

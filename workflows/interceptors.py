@@ -34,8 +34,9 @@ with workflow.unsafe.imports_passed_through():
 
 
 class Metering(Interceptor):
-    """Counts every signal a session receives and every update it accepts (a workflow that
-    has no `meter` is left alone). `worker.build_worker` installs it."""
+    """Counts every signal a session receives, every update it accepts, and every update its
+    validator refuses (in memory: `Meter.refused`; a workflow that has no `meter` is left
+    alone). `worker.build_worker` installs it."""
 
     def workflow_interceptor_class(
         self, input: WorkflowInterceptorClassInput
@@ -48,14 +49,32 @@ class _MeteringInbound(WorkflowInboundInterceptor):
         _count()
         await super().handle_signal(input)
 
+    def handle_update_validator(self, input: HandleUpdateInput) -> None:
+        # A validator runs only for an update new to this worker, never on replay (the
+        # history holds accepted updates only, and their validators are not run again).
+        try:
+            super().handle_update_validator(input)
+        except workflow.ReadOnlyContextError:
+            raise  # not a refusal: the SDK fails the workflow task
+        except Exception:
+            meter = _meter()
+            if meter is not None:
+                meter.refused()
+            raise
+
     async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
         _count()  # the handler runs once the update is accepted (and again on replay)
         return await super().handle_update_handler(input)
 
 
-def _count() -> None:
+def _meter() -> Meter | None:
     meter: Any = getattr(workflow.instance(), "meter", None)
-    if isinstance(meter, Meter):
+    return meter if isinstance(meter, Meter) else None
+
+
+def _count() -> None:
+    meter = _meter()
+    if meter is not None:
         meter.add(1)
 
 

@@ -31,6 +31,15 @@ Counted, by Cloud's rules:
 - **signals** received and **updates** accepted: 1 each, counted by `Metering`
   (workflows/interceptors.py), which `worker.build_worker` installs (it sees the event
   stream's signal and update as well as the session's own).
+- **updates refused** by their validator: 1 each. A refusal leaves nothing in history (the
+  validator does not run again on replay), so `Metering` counts it in memory
+  (`Meter.refused`) and the session makes it durable by echo: the next model call carries
+  the count in its input (`ModelRequest.refusals`) and the activity returns it in its result
+  (`ModelReply.refusals`), which the workflow adds when it takes the result. A replay reads
+  the result from history and counts the same; the input it schedules carries 0, and
+  Temporal does not compare an activity's input on replay. `status` shows the count at once
+  (the in-memory ones beside the recorded ones); a continue-as-new carries the ones in
+  memory in the new run's input, and the session's result (its final status) includes them.
 - **search-attribute upserts**: 1 each (workflows/view.py).
 - **child sessions**: 2 each, at their start.
 - **notifications** (workflows/notify.py): 2 for each notification workflow's start, then
@@ -38,9 +47,13 @@ Counted, by Cloud's rules:
   any other); a notification still delivering when the session closed has its attempts
   added by `sessions.control.status`, from its result.
 
-Not counted, because the workflow cannot know them: rejected updates (a rejection leaves
-nothing in history, so a replay would not count it again; the server's `action` metric
-has them), queries (each `status` is one more), the attempts of an activity that failed
+Not counted, because the workflow cannot know them: updates refused while the worker
+held them in memory and lost them before a model call, a continue-as-new or the session's
+end recorded them (the worker crashed, or evicted the session from its cache: a worker
+with `--max-cached-workflows 0` loses every refusal not recorded in the workflow task it
+came in), updates the worker refused before any validator ran (an unknown update name, input
+that does not decode) and those the server refused (a closed session), queries (each
+`status` is one more), the attempts of an activity that failed
 other than by exhausting its retries or was cancelled (its result carries no attempt
 number), the heartbeats of the MCP tool listing and of failed attempts whose last beat
 was not recorded, and the workflow-task heartbeats of a local activity that runs longer
@@ -104,6 +117,8 @@ class Meter:
         self.to_next_turn = False
         self._marker_tasks: set[int] = set()  # this run's workflow tasks with markers, by history length
         self._patches: set[str] = set()
+        # Updates refused since the last echo: in memory only (a replay never sees them).
+        self.unrecorded_refusals = 0
 
     def add(self, actions: int) -> None:
         if actions <= 0:
@@ -114,6 +129,42 @@ class Meter:
             state.trace[-1].temporal_actions += actions
         else:
             state.unattributed_actions += actions
+
+    def live_total(self) -> int:
+        """The actions so far as `status` shows them: the recorded ones and the refusals in memory."""
+        return self.state.temporal_actions + self.unrecorded_refusals
+
+    # ---- refused updates (see "updates refused" above) ----------------------------------
+
+    def refused(self) -> None:
+        """An update its validator refused: in memory until an echo records it."""
+        self.unrecorded_refusals += 1
+
+    def take_refusals(self) -> int:
+        """The refusals in memory, for an activity's input to carry (0 on replay)."""
+        taken, self.unrecorded_refusals = self.unrecorded_refusals, 0
+        return taken
+
+    def refusals_returned(self, taken: int) -> None:
+        """An activity that carried `taken` refusals ended without a result: back to memory."""
+        self.unrecorded_refusals += taken
+
+    def refusals_echoed(self, refusals: int, *, to_latest_turn: bool) -> None:
+        """Refusals an activity's result carried back (read from history on replay): to the
+        turn that was latest when they happened, unless no turn of this session was."""
+        if refusals <= 0:
+            return
+        state = self.state
+        state.temporal_actions += refusals
+        if state.trace and to_latest_turn:
+            state.trace[-1].temporal_actions += refusals
+        else:
+            state.unattributed_actions += refusals
+
+    def record_refusals(self) -> None:
+        """Record the refusals in memory where a command's input or the result carries the
+        state (continue-as-new, the session's end): in the current turn."""
+        self.add(self.take_refusals())
 
     def run_started(self, *, forked: bool) -> None:
         """This run's start; a fork counts its own actions from zero."""

@@ -55,6 +55,7 @@ class ModelCaller:
         # `start` decides, once per run.
         self.own_queue = False
         self.in_flight = False  # a model call runs: working time, whatever the state says
+        self._refusals_to_latest = True
 
     def start(self) -> None:
         """Decide at the run's first workflow task, where a replay sees the same patch markers
@@ -74,6 +75,9 @@ class ModelCaller:
     async def _call(self) -> ModelReply:
         self._resent = 0
         self._fallback = []
+        # Refusals this call carries back happened before it, in the latest turn (a fork's
+        # before its first call: the turns it has are the source's).
+        self._refusals_to_latest = not self.session.meter.to_next_turn
         self.session.meter.to_next_turn = True  # from here, actions go to the turn this call records
         models = self._models()
         for index, model in enumerate(models):
@@ -191,24 +195,30 @@ class ModelCaller:
         queue = workflow.info().task_queue
         if self.own_queue:
             queue = options.model_task_queue(queue)
+        # The updates refused since the last call ride along and come back in the reply,
+        # which history records (workflows/metering.py, "updates refused").
+        refusals = meter.take_refusals()
         try:
             reply = await workflow.execute_activity_method(
                 ModelActivities.call_model,
-                request,
+                request.model_copy(update={"refusals": refusals}),
                 **call_options,
                 task_queue=queue,
                 summary=f"model call {request.step} ({request.model})",
             )
         except ActivityError as err:
+            meter.refusals_returned(refusals)
             if was_cancelled(err):
                 meter.activity_interrupted(scheduled)
             else:
                 meter.activity_failed(err, options.attempts(call_options))
             raise
         except asyncio.CancelledError:
+            meter.refusals_returned(refusals)
             meter.activity_interrupted(scheduled)
             raise
         meter.activity(reply.attempt, reply.heartbeats)
+        meter.refusals_echoed(reply.refusals, to_latest_turn=self._refusals_to_latest)
         return reply
 
     def record(self, reply: ModelReply) -> None:

@@ -172,7 +172,7 @@ class SessionView:
             agent=self.input.agent.name if self.input.agent else None,
             parent_session_id=self.input.parent.session_id if self.input.parent else None,
             forked_from=self.input.forked_from,
-            temporal_actions=state.temporal_actions,
+            temporal_actions=self._meter.live_total(),
             notifications=state.notifications.model_copy(deep=True),
             worked_seconds=round(state.worked(workflow.now()), 3),
             wake_at=next((c.deadline for c in state.in_waits(SLEEP)), None),
@@ -193,7 +193,7 @@ class SessionView:
             messages=self.state.messages,
             trace=self.state.trace,
             tool_calls=list(self.state.calls.values()),
-            temporal_actions=self.state.temporal_actions,
+            temporal_actions=self._meter.live_total(),
             archive_ref=self.state.archive_ref,
         )
 
