@@ -178,6 +178,9 @@ def _start_once(port: int, ui_port: int | None, db_file: Path | None, log_file: 
         "--log-level", "error",
         "--dynamic-config-value", "frontend.enableUpdateWorkflowExecution=true",
         "--dynamic-config-value", "frontend.workerVersioningWorkflowAPIs=true",
+        # The workers' heartbeats and their list, which the failover watch reads (infra/failover.py).
+        "--dynamic-config-value", "frontend.WorkerHeartbeatsEnabled=true",
+        "--dynamic-config-value", "frontend.ListWorkersEnabled=true",
     ]  # fmt: skip
     if tuned:
         for key, value in TUNED.items():

@@ -40,7 +40,11 @@ pytestmark = pytest.mark.process
 
 AREA = "Worker crashes (kill -9)"
 HEARTBEAT_S = 3.0
-FAILOVER = ("--heartbeat-timeout", f"{HEARTBEAT_S:g}")  # the workers of the kill-mid-call tests
+FAILOVER = (
+    "--heartbeat-timeout",
+    f"{HEARTBEAT_S:g}",
+    "--no-failover-watch",
+)  # the workers of the kill-mid-call tests
 FIRST_RETRY_S = 1.0  # initial_interval of the model and idempotent-tool retry policies
 STICKY_TIMEOUT_S = STICKY_TIMEOUT.total_seconds()
 # The targets: the next step within 5 s of a kill -9 (the heartbeat timeout, the first
