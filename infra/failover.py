@@ -120,12 +120,20 @@ class FailoverWatch:
         return None
 
     async def run(self) -> None:
-        """Watch until cancelled; an error is logged, once until the watch works again."""
+        """Watch until cancelled; an error is logged, once until the watch works again. A
+        server that lists workers but not this one (it records no worker heartbeats) is
+        said once."""
         failing = False
+        began = time.monotonic()
+        listed = False
         while True:
             try:
                 await self.check()
                 failing = False
+                listed = listed or any(seen.identity == self.identity for seen in self._seen.values())
+                if not listed and time.monotonic() - began > 2 * self.dead_after:
+                    listed = True  # said once
+                    log.warning("failover watch: the server does not list this worker: it sees no worker die")
             except RPCError as err:
                 if not failing:
                     log.warning("failover watch: %s: %s", err.status.name, err.message)

@@ -8,18 +8,26 @@ a model call is retried on the live worker after the first retry interval (1 s),
 at-most-once tool is reported `unknown` and not run again. No activity is scheduled with
 a heartbeat timeout and the server records no activity heartbeat; the session's
 `temporal_actions` is still what bench/billing.py counts in its history.
+
+A worker whose server records no worker heartbeats says once that the watch sees no
+worker die.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from temporalio.api.history.v1 import HistoryEvent
 
+from devservers import temporal_server
+from devservers.fakemodel import FakeModelServer
 from infra.failover import DEAD_AFTER_BEATS, WORKER_LOST
 from tests.conftest import answer, tool_use
 from tests.support.procs import (
     Event,
     ProcessHarness,
+    Workers,
     effects_of,
     events_of,
     first_after,
@@ -27,6 +35,7 @@ from tests.support.procs import (
     result_of,
     wait_for_effects,
     wait_for_model_request,
+    wait_until,
 )
 from tests.support.reliability import record
 from tests.test_actions import Counters, counted
@@ -145,3 +154,24 @@ async def test_a_killed_workers_at_most_once_tool_is_unknown_not_run_again(procs
         "session completed",
         {"kill to tool failed": _secs(detected), "kill to next model call scheduled": _secs(recovered)},
     )
+
+
+async def test_a_server_that_records_no_worker_heartbeats_is_named_once(
+    fake_model: FakeModelServer, data_dir: Path, tmp_path: Path
+):
+    server = temporal_server.start(log_file=tmp_path / "temporal.log",
+                                   settings={"frontend.WorkerHeartbeatsEnabled": "false"})  # fmt: skip
+    workers = Workers(address=server.address, model_url=fake_model.url, data_dir=data_dir, log_dir=tmp_path)
+    try:
+        worker = workers.start()
+
+        async def said() -> str | None:
+            log = worker.log()
+            return log if "does not list this worker" in log else None
+
+        log = await wait_until(said, timeout=60, what="the worker saying the server does not list it")
+        assert "failover watch on (worker heartbeat every 1 s)" in log
+        assert log.count("does not list this worker") == 1 and worker.alive()
+    finally:
+        workers.close()
+        server.stop()
