@@ -27,7 +27,7 @@ The failover watch notices a dead worker without activity heartbeats, once per w
 list of its task queue's workers, and when a worker process has sent none for three
 intervals, one live worker fails the activities it was running, which are then retried
 (or, for an at-most-once tool, reported `unknown`) as after a heartbeat timeout: the next
-step about 5 s after a kill -9. `--no-failover-watch` turns the watch off; a server that
+step about 4 s after a kill -9. `--no-failover-watch` turns the watch off; a server that
 cannot list workers gets one line at start, and the worker runs without it.
 
 The worker serves its model calls' text, while the model writes it, to followers (`watch`,

@@ -2,22 +2,24 @@
 without activity heartbeats.
 
 Every worker process sends the Temporal server a worker heartbeat every
-`--worker-heartbeat` seconds (default 1): the SDK's own, one per worker (a process has two:
-its task queue's and the model calls' queue's), sent from the SDK core's thread, so a
-Python process short of CPU still sends them. A worker heartbeat is not an activity
-heartbeat: Temporal Cloud does not bill it as an action, and it is sent once per worker,
-whatever the number of calls in flight.
+`--worker-heartbeat` seconds (default 1): the SDK's own, one request for both of the
+process's workers (its task queue's and the model calls' queue's), sent from the SDK
+core's thread, so a Python process short of CPU still sends them. A worker heartbeat is not an activity
+heartbeat: it is not among the actions Temporal Cloud bills, and it is sent once per
+worker, whatever the number of calls in flight.
 
 Each `worker.py` process also runs `FailoverWatch`. Every half interval it lists the workers
 of its two task queues (ListWorkers) and notes, on its own clock, when each worker's last
 heartbeat changed. A worker process whose heartbeats have not changed for `DEAD_AFTER_BEATS`
-intervals is dead (the server keeps a dead worker listed, its last heartbeat frozen). One
-watch acts on a death, the live worker process whose identity sorts first (the others see
-the same list); it lists the task queue's running workflows (visibility), describes them
-one by one, and fails each activity that is started and was last started by the dead
-process (`WORKER_LOST`). The retry policy then retries a model call or an idempotent tool
-after its first interval (1 s), on a live worker; an at-most-once tool is not retried, and
-its outcome is `unknown`, as after a heartbeat timeout. A death is so rare that its
+intervals is dead (the server keeps a dead worker listed, its last heartbeat frozen). The
+watch of the live worker process whose identity sorts first acts on a death (the others
+see the same list), and that of the second 3 intervals later, in case the first does not
+watch or is stalled (`ACTING_WATCHES`). A watch that acts lists the task queue's running
+workflows (visibility), describes them one by one, and fails each activity that is started
+and was last started by the dead process (`WORKER_LOST`). The retry policy then retries a
+model call or an idempotent tool after its first interval (1 s), on a live worker; an
+at-most-once tool is not retried, and its outcome is `unknown`, as after a heartbeat
+timeout. A death is so rare that its
 visibility list and describes cost nothing that matters; neither is a billable action.
 
 Silence is measured only between two answers of the server, from the receipt of the list
@@ -37,7 +39,8 @@ another watch fails the same attempt and the retry starts, fails the retry too (
 retried once more, or, for an at-most-once tool, it is already `unknown`). Two processes
 with the same identity (the default `PID@HOST`, on two hosts with one name) cannot be told
 apart: a process whose identity a live worker also has is not taken for dead, and its
-calls wait for their own timeouts.
+calls wait for their own timeouts. Nor is a process seen that died before the server
+recorded its first worker heartbeat (in its first second or so).
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ log = logging.getLogger("failover")
 
 # A worker process is dead after this many intervals without a new heartbeat.
 DEAD_AFTER_BEATS = 3
+# The watches that act on a death: those of the first live worker processes by identity,
+# the second one interval of silence later than the first, in case the first does not watch
+# (`--no-failover-watch`) or is stalled; it finds nothing left to fail when the first did.
+ACTING_WATCHES = 2
 # The failure type of an activity whose worker died.
 WORKER_LOST = "WorkerLost"
 # An attempt is failed only within this long of the describe that found it (the retry
@@ -138,6 +145,10 @@ class FailoverWatch:
                 if not failing:
                     log.warning("failover watch: %s: %s", err.status.name, err.message)
                 failing = True
+            except Exception:  # the watch goes on; a worker is not stopped by it
+                if not failing:
+                    log.exception("failover watch")
+                failing = True
             await asyncio.sleep(self.poll)
 
     async def check(self) -> list[FailedActivity]:
@@ -167,25 +178,24 @@ class FailoverWatch:
             else:
                 dead[entry.identity] = max(silent, dead.get(entry.identity, 0.0))
         self._handled &= set(dead)  # a process seen alive again may die again
+        rank = sorted(live).index(self.identity) if self.identity in live else 0
+        if rank >= ACTING_WATCHES:
+            return []
         newly = {
             identity: s
             for identity, s in dead.items()
-            if identity not in live and identity not in self._handled
+            if identity not in live and identity not in self._handled and s >= self.dead_after * (1 + rank)
         }
-        if not newly or not self._acting(live):
+        if not newly:
             return []
         failed: list[FailedActivity] = []
         for identity, silent in sorted(newly.items()):
-            self._handled.add(identity)
             log.warning(
                 "worker %s sent no heartbeat for %.1f s: failing its running activities", identity, silent
             )
             failed += await self.fail_activities_of(identity, silent)
+            self._handled.add(identity)  # once its scan is done: a scan that failed is made again
         return failed
-
-    def _acting(self, live: set[str]) -> bool:
-        """Whether this watch acts: the first live identity is its own (or its own is not listed)."""
-        return self.identity not in live or min(live) == self.identity
 
     async def _list(self) -> list[WorkerHeartbeat]:
         beats: list[WorkerHeartbeat] = []
