@@ -11,7 +11,8 @@ The same with the failover watch (infra/failover.py) and no heartbeat timeout: t
 with their defaults beside the load watch each other's worker heartbeats, and neither is
 taken for dead.
 
-And the heartbeats of a worker killed mid-call still count: the retry carries on the count
+And the heartbeats of a worker killed mid-call (with `--heartbeat-timeout 3`, the failover
+watch off) still count: the retry carries on the count
 the last recorded heartbeat holds, so the session's `temporal_actions` is its histories'
 actions plus every heartbeat the server took.
 """

@@ -3,9 +3,10 @@
 Each test runs sessions on two worker processes of its own task queue (the session-wide
 dev server and fake model from conftest), kills the one the session is on in the middle
 of something, and shows what the session did next on the other. The workers that are
-killed mid-call run with `--heartbeat-timeout 3`: a dead worker's activity is noticed
-when its heartbeat stops, 3 s after its last (with the default, no heartbeat timeout, at
-the call's own timeout: docs/operations/crashes.md); a retried activity starts again
+killed mid-call run with `--heartbeat-timeout 3 --no-failover-watch`: a dead worker's
+activity is noticed when its heartbeat stops, 3 s after its last (the default, the
+failover watch, is tests/test_failover_watch.py; without either, a call is noticed at its
+own timeout: docs/operations/crashes.md); a retried activity starts again
 after the first retry interval (1 s); a workflow task offered to the dead worker's sticky
 queue moves to the shared queue after `STICKY_TIMEOUT` (1 s, in worker.py).
 """
