@@ -14,7 +14,8 @@ heartbeat changed. A worker process whose heartbeats have not changed for `DEAD_
 intervals is dead (the server keeps a dead worker listed, its last heartbeat frozen). The
 watch of the live worker process whose identity sorts first acts on a death (the others
 see the same list), and that of the second 3 intervals later, in case the first does not
-watch or is stalled (`ACTING_WATCHES`). A watch that acts lists the task queue's running
+watch or is stalled (`ACTING_WATCHES`); the others list the workers every `IDLE_POLL_S`
+only, to learn when their turn comes. A watch that acts lists the task queue's running
 workflows (visibility), describes them one by one, and fails each activity that is started
 and was last started by the dead process (`WORKER_LOST`). The retry policy then retries a
 model call or an idempotent tool after its first interval (1 s), on a live worker; an
@@ -69,6 +70,9 @@ DEAD_AFTER_BEATS = 3
 # the second one interval of silence later than the first, in case the first does not watch
 # (`--no-failover-watch`) or is stalled; it finds nothing left to fail when the first did.
 ACTING_WATCHES = 2
+# How often the other watches list the workers: enough to learn when their turn comes,
+# without every worker of a large fleet listing it twice a second.
+IDLE_POLL_S = 5.0
 # The failure type of an activity whose worker died.
 WORKER_LOST = "WorkerLost"
 # An attempt is failed only within this long of the describe that found it (the retry
@@ -113,6 +117,7 @@ class FailoverWatch:
         self.failed: list[FailedActivity] = []  # every activity this watch failed
         self._seen: dict[str, _Seen] = {}  # by worker instance key
         self._handled: set[str] = set()  # dead identities already acted on
+        self._rank = 0  # this process's place among the live ones, by identity
 
     @property
     def _query(self) -> str:
@@ -149,7 +154,7 @@ class FailoverWatch:
                 if not failing:
                     log.exception("failover watch")
                 failing = True
-            await asyncio.sleep(self.poll)
+            await asyncio.sleep(self.poll if self._rank < ACTING_WATCHES else max(self.poll, IDLE_POLL_S))
 
     async def check(self) -> list[FailedActivity]:
         """Look once; act on any worker process newly dead. Returns the activities failed."""
@@ -178,7 +183,7 @@ class FailoverWatch:
             else:
                 dead[entry.identity] = max(silent, dead.get(entry.identity, 0.0))
         self._handled &= set(dead)  # a process seen alive again may die again
-        rank = sorted(live).index(self.identity) if self.identity in live else 0
+        rank = self._rank = sorted(live).index(self.identity) if self.identity in live else 0
         if rank >= ACTING_WATCHES:
             return []
         newly = {
