@@ -21,6 +21,15 @@ SECONDS. Without it (the default) they send no heartbeats, each of which is a bi
 action on Temporal Cloud, and a dead worker's call is noticed at its start-to-close timeout
 (workflows/options.py; the table in docs/operations/crashes.md).
 
+The failover watch notices a dead worker without activity heartbeats, once per worker
+(infra/failover.py): every worker sends the server the SDK's worker heartbeat every
+`--worker-heartbeat` seconds (default 1; not a billable action), each worker watches the
+list of its task queue's workers, and when a worker process has sent none for three
+intervals, one live worker fails the activities it was running, which are then retried
+(or, for an at-most-once tool, reported `unknown`) as after a heartbeat timeout: the next
+step about 4 s after a kill -9. `--no-failover-watch` turns the watch off; a server that
+cannot list workers gets one line at start, and the worker runs without it.
+
 The worker serves its model calls' text, while the model writes it, to followers (`watch`,
 the service's event stream) over HTTP on `--live-host` (default 127.0.0.1) and
 `--live-port` (default: any free port), and names the URL in its worker identity
@@ -67,6 +76,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from temporalio.client import Client
+    from temporalio.runtime import Runtime
     from temporalio.worker import Worker, WorkerDeploymentConfig
 
     from activities.mcp import McpActivities
@@ -74,6 +84,7 @@ if TYPE_CHECKING:
     from activities.notify import NotifyActivities
     from activities.tools import Tool
     from infra.definitions import Definitions
+    from infra.failover import FailoverWatch
 
 DEFAULT_TOOLS = "examples.example_tools:TOOLS"
 DEFAULT_DRAIN_SECONDS = 30.0
@@ -105,6 +116,10 @@ MODEL_WORKER_OPTIONS = (
     "activity_task_poller_behavior",
 )
 MODEL_CALLS_PER_SECOND_ENV = "AGENT_MODEL_CALLS_PER_SECOND"
+# The SDK's worker heartbeat, which the failover watch reads (infra/failover.py): this often
+# by default, within the SDK's range.
+DEFAULT_WORKER_HEARTBEAT = timedelta(seconds=1)
+WORKER_HEARTBEAT_RANGE_S = (1.0, 60.0)
 
 
 def load_tools(spec: str) -> list[Tool]:
@@ -285,6 +300,15 @@ def heartbeat_timeout(text: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+def worker_heartbeat(text: str) -> timedelta:
+    """`--worker-heartbeat`'s value: seconds, in the SDK's range."""
+    low, high = WORKER_HEARTBEAT_RANGE_S
+    seconds = positive_float(text)
+    if not low <= seconds <= high:
+        raise argparse.ArgumentTypeError(f"must be from {low:g} to {high:g} seconds, not {text}")
+    return timedelta(seconds=seconds)
+
+
 def live_port(text: str) -> int:
     """`--live-port`'s value: 0 (any free port) to 65535."""
     try:
@@ -347,6 +371,17 @@ def parse_args() -> argparse.Namespace:
              "noticed at the call's own timeout)",
     )  # fmt: skip
     parser.add_argument(
+        "--worker-heartbeat", type=worker_heartbeat, default=DEFAULT_WORKER_HEARTBEAT, metavar="SECONDS",
+        help="send the server a worker heartbeat this often (1 to 60; not a billable action); the failover "
+             "watch takes a worker that sent none for 3 of them for dead "
+             f"(default: {DEFAULT_WORKER_HEARTBEAT.total_seconds():g})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-failover-watch", action="store_true",
+        help="do not watch the task queue's workers: a dead worker's model call or tool is then noticed at "
+             "its own timeout, or with --heartbeat-timeout",
+    )  # fmt: skip
+    parser.add_argument(
         "--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS,
         help="on SIGTERM, seconds running model calls and tools get to finish (default: %(default)g)",
     )  # fmt: skip
@@ -401,8 +436,8 @@ async def main() -> None:
         notify = NotifyActivities.from_env()
         versioning = deployment_config(args.deployment, args.build_id)
         rate = model_calls_per_second(args.model_calls_per_second)
-        metrics = otel.metrics(args.metrics_port)
-        client = await connect(**({"runtime": metrics.runtime} if metrics else {}))
+        metrics = otel.metrics(args.metrics_port, worker_heartbeat=args.worker_heartbeat)
+        client = await connect(runtime=metrics.runtime if metrics else worker_runtime(args.worker_heartbeat))
         mcp = McpActivities(definitions.mcp_servers)
         worker = build_worker(
             client, tools, mcp=mcp, notify=notify, sandboxed=args.sandbox or None, workflow=workflow,
@@ -436,16 +471,46 @@ async def main() -> None:
     where += (
         f", live text on {url}" if (url := live_url(worker.config().get("identity"))) else ", no live text"
     )
+    watch = None
+    if not args.no_failover_watch:
+        watch = await failover_watch(client, worker, args.worker_heartbeat)
+        if watch is not None:
+            where += (
+                f", failover watch on (worker heartbeat every {args.worker_heartbeat.total_seconds():g} s)"
+            )
     logging.info("worker on task queue %s%s", task_queue(), where)
     try:
-        await otel.run_beside(metrics, run_until_terminated(worker))
+        await otel.run_beside(metrics, run_until_terminated(worker, watch))
     finally:
         await mcp.aclose()  # ends the MCP servers it started
         otel.flush_traces()
 
 
-async def run_until_terminated(worker: Worker) -> None:
-    """Run until SIGTERM or SIGINT, then drain: stop polling, let running activities finish."""
+def worker_runtime(heartbeat: timedelta) -> Runtime:
+    """The SDK runtime of a worker without metrics: its worker heartbeat every `heartbeat`."""
+    from temporalio.runtime import Runtime, TelemetryConfig
+
+    return Runtime(telemetry=TelemetryConfig(), worker_heartbeat_interval=heartbeat)
+
+
+async def failover_watch(client: Client, worker: Worker, heartbeat: timedelta) -> FailoverWatch | None:
+    """The failover watch of this worker's task queues, or None (said in one line) if the
+    server cannot list workers."""
+    from infra.connection import task_queue
+    from infra.failover import FailoverWatch
+    from workflows.options import model_task_queue
+
+    queues = (task_queue(), model_task_queue(task_queue()))
+    watch = FailoverWatch(client, queues, worker.config().get("identity") or client.identity, heartbeat)
+    if (why := await watch.unsupported()) is not None:
+        logging.warning("the server lists no workers (%s): running without the failover watch", why)
+        return None
+    return watch
+
+
+async def run_until_terminated(worker: Worker, watch: FailoverWatch | None = None) -> None:
+    """Run until SIGTERM or SIGINT, then drain: stop polling, let running activities finish.
+    The failover watch, if any, runs while the worker polls."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -453,7 +518,10 @@ async def run_until_terminated(worker: Worker) -> None:
     # Leaving the block calls `worker.shutdown()`: the pollers stop at once, so other
     # workers take the sessions' next steps, and in-flight activities get the grace period.
     async with worker:
+        watching = asyncio.create_task(watch.run()) if watch is not None else None
         await stop.wait()
+        if watching is not None:
+            watching.cancel()
         logging.info("draining: polling stopped; running model calls and tools may finish")
 
 

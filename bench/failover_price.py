@@ -1,8 +1,10 @@
 """`python -m bench.failover_price`: how fast a killed worker's call moves on, against what
 each step costs in Temporal Cloud's billable actions, per heartbeat setting.
 
-For the worker's default (no heartbeat timeout) and each `--heartbeat-timeout` in
-`--settings` (default `none,10,3`), on one dev server with two `python worker.py`
+For each setting in `--settings` (default `off,watch,3`): `off`, the worker without the
+failover watch and without a heartbeat timeout (`--no-failover-watch`); `watch`, the
+worker's default (the failover watch, infra/failover.py, no heartbeat timeout); a number,
+that `--heartbeat-timeout` with the watch off. On one dev server with two `python worker.py`
 processes of that setting (the tool `lookup` a regular activity, bench/project_tools.py):
 
 - **actions a step**: `--sessions` sessions one at a time, each `--calls` model calls that
@@ -15,6 +17,9 @@ processes of that setting (the tool `lookup` a regular activity, bench/project_t
   kill to the server handing the retry to the other worker (the retried attempt's
   ActivityTaskStarted); the next request is the kill to the retried call reaching the
   model server.
+- **worker heartbeats and lists**: the RecordWorkerHeartbeat and ListWorkers requests the
+  server took a second while the sessions ran (every worker process sends the first; the
+  watch makes the second), and any of the server's own action counts that name a worker.
 
 Prints a markdown table. Takes about 3 minutes plus, for the default, the model call's
 start-to-close timeout (`--model-timeout`, 120 s).
@@ -56,6 +61,9 @@ class Measured:
     counted_a_step: float  # the sessions' own temporal_actions
     detection_s: float
     next_request_s: float
+    worker_beats_a_second: float
+    lists_a_second: float
+    worker_actions: dict[str, int]
 
 
 class Workers:
@@ -70,7 +78,9 @@ class Workers:
             "ANTHROPIC_BASE_URL": fake_url, "ANTHROPIC_API_KEY": "bench-key",
             "AGENT_DATA_DIR": str(work / "data"), "AGENT_DEFINITIONS": str(definitions), "PYTHONUNBUFFERED": "1",
         }  # fmt: skip
-        flags = [] if setting == "none" else ["--heartbeat-timeout", setting]
+        flags = {"off": ["--no-failover-watch"], "watch": []}.get(
+            setting, ["--heartbeat-timeout", setting, "--no-failover-watch"]
+        )
         self.procs = []
         for n in range(2):
             with open(work / f"worker-{setting}-{n}.log", "ab") as log:
@@ -108,11 +118,24 @@ async def runs_of(client: Client, session: str) -> list[list[Any]]:
             return runs
 
 
+@dataclass
+class Priced:
+    actions: float  # a step
+    heartbeats: float  # a step
+    own: float  # a step
+    worker_beats: float  # a second
+    lists: float  # a second
+    worker_actions: dict[str, int]
+
+
 async def price(
     client: Client, fake: FakeModel, queue: str, metrics: str, args: argparse.Namespace
-) -> tuple[float, float, float]:
-    """Actions, heartbeats and the sessions' own count, a step (one model call and its tool)."""
+) -> Priced:
+    """Actions, heartbeats and the sessions' own count, a step (one model call and its tool);
+    worker heartbeats and worker lists, a second."""
     total = beats = own = 0.0
+    first = await asyncio.to_thread(scrape, metrics)
+    began = time.monotonic()
     for _ in range(args.sessions):
         session = f"price-{uuid.uuid4().hex[:10]}"
         fake._call(
@@ -131,7 +154,13 @@ async def price(
             found = found + billing.count(events)
         total, beats, own = total + found.total, beats + sent, own + result.temporal_actions
     steps = args.sessions * args.calls
-    return total / steps, beats / steps, own / steps
+    took = time.monotonic() - began
+    grew = diff(first, await asyncio.to_thread(scrape, metrics))
+    return Priced(
+        total / steps, beats / steps, own / steps,
+        grew.get("requests:RecordWorkerHeartbeat", 0) / took, grew.get("requests:ListWorkers", 0) / took,
+        {k: v for k, v in grew.items() if k.startswith("action:") and "worker" in k.lower()},
+    )  # fmt: skip
 
 
 async def detection(
@@ -167,11 +196,12 @@ async def measure(setting: str, address: str, fake: FakeModel, metrics: str, arg
     workers = Workers(setting, address, fake.url, work)
     try:
         await asyncio.sleep(5)  # both poll
-        per_step, beats, own = await price(client, fake, workers.queue, metrics, args)
+        priced = await price(client, fake, workers.queue, metrics, args)
         detected, requested = await detection(client, fake, workers, workers.queue, args)
     finally:
         workers.stop()
-    return Measured(setting, per_step, beats, own, detected, requested)
+    return Measured(setting, priced.actions, priced.heartbeats, priced.own, detected, requested,
+                    priced.worker_beats, priced.lists, priced.worker_actions)  # fmt: skip
 
 
 def report(found: list[Measured], args: argparse.Namespace) -> str:
@@ -181,13 +211,19 @@ def report(found: list[Measured], args: argparse.Namespace) -> str:
         f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}",
         "",
         "| worker | kill to retry handed over | kill to next model request | actions a step | of which heartbeats "
-        "| the sessions' own count a step |",
-        "|---|---|---|---|---|---|",
+        "| the sessions' own count a step | worker heartbeats a second | worker lists a second |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for m in found:
-        name = "default (no heartbeat timeout)" if m.setting == "none" else f"--heartbeat-timeout {m.setting}"
+        name = {
+            "off": "--no-failover-watch (no heartbeat timeout)",
+            "watch": "default (the failover watch)",
+        }.get(m.setting, f"--heartbeat-timeout {m.setting} --no-failover-watch")
         lines.append(f"| {name} | {m.detection_s:.1f} s | {m.next_request_s:.1f} s | {m.actions_a_step:.1f} "
-                     f"| {m.heartbeats_a_step:.1f} | {m.counted_a_step:.1f} |")  # fmt: skip
+                     f"| {m.heartbeats_a_step:.1f} | {m.counted_a_step:.1f} | {m.worker_beats_a_second:.1f} "
+                     f"| {m.lists_a_second:.1f} |")  # fmt: skip
+    actions = {k: v for m in found for k, v in m.worker_actions.items()}
+    lines += ["", f"The server's action counts that name a worker: {actions or 'none'}"]
     return "\n".join(lines)
 
 
@@ -214,9 +250,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--settings",
-        default="none,10,3",
+        default="off,watch,3",
         type=lambda s: s.split(","),
-        help="comma-separated: none (the default) or a --heartbeat-timeout in seconds",
+        help="comma-separated: off (no watch, no heartbeat timeout), watch (the default) or a --heartbeat-timeout "
+        "in seconds (default: %(default)s)",
     )
     parser.add_argument("--sessions", type=int, default=2)
     parser.add_argument("--calls", type=int, default=5)

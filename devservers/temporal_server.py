@@ -46,6 +46,10 @@ TUNED: dict[str, object] = {
     "system.forceSearchAttributesCacheRefreshOnRead": "false",
 }
 
+# The settings every start has: the workers' heartbeats, which the failover watch reads
+# (infra/failover.py; on by default in this server).
+REQUIRED: dict[str, object] = {"frontend.WorkerHeartbeatsEnabled": "true"}
+
 SEARCH_ATTRIBUTES = {
     "AgentStatus": "Keyword",
     "AgentSteps": "Int",
@@ -146,13 +150,14 @@ def start(
     codec_endpoint: str | None = None,
     tuned: bool = True,
     gomaxprocs: int | None = None,
+    settings: dict[str, object] | None = None,
 ) -> DevServer:
     """Start `temporal server start-dev` on 127.0.0.1 and wait until it answers.
 
     `codec_endpoint` is the URL of a codec server (infra/codec_server.py) the Web UI
     sends payloads to for decoding. `tuned` raises the queue poll limits (`TUNED`);
     `gomaxprocs` caps the threads the server's Go runtime runs at once (default: the
-    runtime's, one per core).
+    runtime's, one per core). `settings` are more dynamic config values, applied last.
 
     With no `port` given, the ports are chosen free just before the server binds them, and
     another process (or the server's own internal listeners) can take one in between: a
@@ -160,14 +165,15 @@ def start(
     """
     for _ in range(3 if port is None else 1):
         server = _start_once(port or free_port(), ui_port, db_file, log_file, wait_seconds, codec_endpoint,
-                             tuned, gomaxprocs)  # fmt: skip
+                             tuned, gomaxprocs, settings or {})  # fmt: skip
         if server.process.poll() is None:
             return server
     raise RuntimeError(f"the Temporal dev server exited with code {server.process.returncode}")  # pyright: ignore[reportPossiblyUnboundVariable]: the loop runs at least once
 
 
 def _start_once(port: int, ui_port: int | None, db_file: Path | None, log_file: Path | None, wait_seconds: float,
-                codec_endpoint: str | None, tuned: bool, gomaxprocs: int | None) -> DevServer:  # fmt: skip
+                codec_endpoint: str | None, tuned: bool, gomaxprocs: int | None,
+                settings: dict[str, object]) -> DevServer:  # fmt: skip
     """The server started once; its process has exited if it ended before answering."""
     args = [
         temporal_binary(), "server", "start-dev",
@@ -179,9 +185,8 @@ def _start_once(port: int, ui_port: int | None, db_file: Path | None, log_file: 
         "--dynamic-config-value", "frontend.enableUpdateWorkflowExecution=true",
         "--dynamic-config-value", "frontend.workerVersioningWorkflowAPIs=true",
     ]  # fmt: skip
-    if tuned:
-        for key, value in TUNED.items():
-            args += ["--dynamic-config-value", f"{key}={value}"]
+    for key, value in {**REQUIRED, **(TUNED if tuned else {}), **settings}.items():
+        args += ["--dynamic-config-value", f"{key}={value}"]
     if ui_port is None:
         args.append("--headless")
     else:

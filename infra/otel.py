@@ -162,9 +162,13 @@ class Metrics:
             self.meter_provider.shutdown()
 
 
-def metrics(prometheus: tuple[str, int] | None = None, readers: Sequence[Any] = ()) -> Metrics | None:
+def metrics(
+    prometheus: tuple[str, int] | None = None, readers: Sequence[Any] = (), worker_heartbeat: Any = None
+) -> Metrics | None:
     """The metrics pipeline the worker was asked for, or None: a Prometheus endpoint at
-    `prometheus` (host, port), OTLP per the environment, and any extra `readers` (tests)."""
+    `prometheus` (host, port), OTLP per the environment, and any extra `readers` (tests).
+    `worker_heartbeat` (a timedelta) is the runtime's worker heartbeat interval (default:
+    the SDK's)."""
     readers = list(readers)
     if prometheus is not None:
         readers.append(_prometheus_reader(*prometheus))
@@ -176,7 +180,8 @@ def metrics(prometheus: tuple[str, int] | None = None, readers: Sequence[Any] = 
     from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 
     buffer = MetricBuffer(METRIC_BUFFER_SIZE)
-    runtime = Runtime(telemetry=TelemetryConfig(metrics=buffer))
+    heartbeat = {"worker_heartbeat_interval": worker_heartbeat} if worker_heartbeat is not None else {}
+    runtime = Runtime(telemetry=TelemetryConfig(metrics=buffer), **heartbeat)
     provider = MeterProvider(metric_readers=readers, resource=_resource())
     return Metrics(runtime, _exporter_class()(buffer, provider, meter_name="agent-loop"), provider)
 

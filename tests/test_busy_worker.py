@@ -7,7 +7,12 @@ each run once, heartbeating every second, and the session completes. A tool that
 the event loop itself (an `async def` calling a blocking function) would stop the
 heartbeats with everything else on the worker: docs/operations/crashes.md.
 
-And the heartbeats of a worker killed mid-call still count: the retry carries on the count
+The same with the failover watch (infra/failover.py) and no heartbeat timeout: two workers
+with their defaults beside the load watch each other's worker heartbeats, and neither is
+taken for dead.
+
+And the heartbeats of a worker killed mid-call (with `--heartbeat-timeout 3`, the failover
+watch off) still count: the retry carries on the count
 the last recorded heartbeat holds, so the session's `temporal_actions` is its histories'
 actions plus every heartbeat the server took.
 """
@@ -92,9 +97,43 @@ async def test_a_busy_worker_is_not_taken_for_dead(
     )
 
 
+async def test_a_busy_worker_is_not_taken_for_dead_by_the_failover_watch(
+    procs: ProcessHarness, cpu_load: list[subprocess.Popen[bytes]]
+):
+    workers = await procs.worker_pool(2, "--tools", "tests.support.load_tools:TOOLS")
+    handle = await procs.start([
+        tool_use("slow_charge", {"amount": 5, "seconds": 10}, id="c1"),
+        tool_use("crunch", {"seconds": 6}, id="k1"),
+        answer("Charged and computed."),
+    ])  # fmt: skip
+    result = await result_of(handle, timeout=180)
+    load = os.getloadavg()[0]
+    assert all(b.poll() is None for b in cpu_load), "the load ran throughout"
+    assert result.status == "completed" and result.answer == "Charged and computed."
+    assert len(effects_of(handle.id, "slow_charge")) == 1 and len(effects_of(handle.id, "crunch")) == 1
+    history = await handle.query("history", result_type=SessionHistory)
+    calls = {c.tool_use_id: c for c in history.tool_calls}
+    assert calls["c1"].status == "done" and calls["k1"].status == "done"
+    events = await events_of(handle)
+    assert not [e for e in events if e.type in ("ACTIVITY_TASK_TIMED_OUT", "ACTIVITY_TASK_FAILED")]
+    started = [e.raw.activity_task_started_event_attributes.attempt for e in events
+               if e.type == "ACTIVITY_TASK_STARTED"]  # fmt: skip
+    assert started and set(started) == {1}
+    assert all(w.alive() and "sent no heartbeat" not in w.log() for w in workers), procs.workers.logs()
+    record(
+        "Worker crashes (kill -9)",
+        f"two live workers under load: {BURNERS} CPU-bound processes beside them, their defaults (the failover "
+        "watch on, no heartbeat timeout), a 10 s at-most-once tool on the event loop and a 6 s CPU-bound "
+        "synchronous tool",
+        "neither worker took the other for dead; every activity ran once, on its first attempt; the session "
+        "completed",
+        {"load average (1 min) at the end": f"{load:.1f}", "cores": os.cpu_count()},
+    )
+
+
 async def test_a_killed_workers_heartbeats_are_counted_by_the_retry(procs: ProcessHarness, dev_server):
     counters = Counters(dev_server)
-    workers = await procs.worker_pool(2, "--heartbeat-timeout", "3")
+    workers = await procs.worker_pool(2, "--heartbeat-timeout", "3", "--no-failover-watch")
     handle = await procs.start(
         [{**answer("from the attempt that died"), "delay": 30}, answer("from the retry")]
     )

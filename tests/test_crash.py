@@ -3,9 +3,10 @@
 Each test runs sessions on two worker processes of its own task queue (the session-wide
 dev server and fake model from conftest), kills the one the session is on in the middle
 of something, and shows what the session did next on the other. The workers that are
-killed mid-call run with `--heartbeat-timeout 3`: a dead worker's activity is noticed
-when its heartbeat stops, 3 s after its last (with the default, no heartbeat timeout, at
-the call's own timeout: docs/operations/crashes.md); a retried activity starts again
+killed mid-call run with `--heartbeat-timeout 3 --no-failover-watch`: a dead worker's
+activity is noticed when its heartbeat stops, 3 s after its last (the default, the
+failover watch, is tests/test_failover_watch.py; without either, a call is noticed at its
+own timeout: docs/operations/crashes.md); a retried activity starts again
 after the first retry interval (1 s); a workflow task offered to the dead worker's sticky
 queue moves to the shared queue after `STICKY_TIMEOUT` (1 s, in worker.py).
 """
@@ -40,7 +41,11 @@ pytestmark = pytest.mark.process
 
 AREA = "Worker crashes (kill -9)"
 HEARTBEAT_S = 3.0
-FAILOVER = ("--heartbeat-timeout", f"{HEARTBEAT_S:g}")  # the workers of the kill-mid-call tests
+FAILOVER = (
+    "--heartbeat-timeout",
+    f"{HEARTBEAT_S:g}",
+    "--no-failover-watch",
+)  # the workers of the kill-mid-call tests
 FIRST_RETRY_S = 1.0  # initial_interval of the model and idempotent-tool retry policies
 STICKY_TIMEOUT_S = STICKY_TIMEOUT.total_seconds()
 # The targets: the next step within 5 s of a kill -9 (the heartbeat timeout, the first
