@@ -342,8 +342,8 @@ async def test_controls_after_the_end_are_rejected(
         assert after.status == "completed" and after.model_dump(exclude=changed) == ended.model_dump(
             exclude=changed
         )
-        # Each ignored signal is still a billable action; a rejected update leaves no trace to count.
-        assert after.temporal_actions == ended.temporal_actions + len(controls)
+        # Each refused update and each ignored signal is still a billable action.
+        assert after.temporal_actions == ended.temporal_actions + 2 * len(controls)
         accepted = [e async for e in handle.fetch_history_events()
                     if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED]  # fmt: skip
         assert accepted == []
