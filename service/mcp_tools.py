@@ -56,7 +56,7 @@ from temporalio.service import RPCError
 
 from activities.wire import TextDelta
 from infra.errors import AgentError, InvalidInput, Rejected, SessionNotFound
-from service import steering
+from service import schemas, steering
 from service.auth import User, Users, bearer_user
 from service.http_errors import error_response
 from service.schemas import SessionList
@@ -187,20 +187,35 @@ def build(
         chat: Annotated[
             bool, Field(description="a chat session: after each answer it waits for send_message")
         ] = False,
+        fallback_models: schemas.FallbackModels = None,
+        max_steps: schemas.MaxSteps = None,
+        token_budget: schemas.TokenBudget = None,
+        cost_budget: schemas.CostBudget = None,
+        timeout: schemas.Timeout = None,
+        approval_timeout: schemas.ApprovalTimeout = None,
+        output_schema: schemas.OutputSchema = None,
+        attachments: Annotated[
+            list[schemas.NewAttachment] | None,
+            Field(max_length=schemas.MAX_ATTACHMENTS, description=schemas.ATTACHMENTS),
+        ] = None,
+        thinking_budget: schemas.ThinkingBudget = None,
+        temperature: schemas.Temperature = None,
+        top_p: schemas.TopP = None,
+        stop_sequences: schemas.StopSequences = None,
+        tool_choice: schemas.ToolChoice = None,
         *,
         ctx: Context[Any, Any],
     ) -> Started:
-        """Start an agent session on a goal; answers its id and status. Follow it with wait_for_session."""
+        """Start an agent session on a goal; answers its id and status. Follow it with wait_for_session.
+        The other choices are POST /v1/sessions's: fallback models, limits, a typed answer
+        (output_schema: the answer is JSON matching it, read as `output`), model settings and
+        attachments (each {name, media_type, data: base64})."""
+        given = locals()
         with one_line_errors():
             found = await steering.start(
-                sessions_of(),
-                caller(ctx),
-                goal=goal,
-                agent=agent,
-                session_id=session_id,
-                model=model,
-                chat=chat,
-            )
+                sessions_of(), caller(ctx), goal=goal, agent=agent, session_id=session_id, model=model, chat=chat,
+                **{k: given[k] for k in schemas.START_CHOICES},
+            )  # fmt: skip
         return Started(session_id=found.session_id, status=found.status)
 
     @server.tool(annotations=READS, title="Read a session")

@@ -7,7 +7,6 @@ with the workflow's typed update references, like the command line.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -15,15 +14,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import ValidationError
 
-from infra.attachments import AttachmentError, decode_base64
 from infra.connection import task_queue
-from infra.errors import BadRequest, InvalidInput
-from service import schemas
+from infra.errors import InvalidInput
+from service import schemas, steering
 from service.auth import User, current_user
 from service.ownership import Owners
-from sessions import control, render, start_input
+from sessions import control, render
 from workflows.agent import AgentWorkflow
-from workflows.contract import CancelRequest, Decision, EventInput, SessionInput, SessionStatus, UserMessage
+from workflows.contract import CancelRequest, Decision, EventInput, SessionStatus, UserMessage
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 Caller = Annotated[User, Depends(current_user)]
@@ -48,7 +46,7 @@ OptionalCancel = Annotated[schemas.Cancel | None, Body()]
 @router.post("", status_code=201, responses={**ERRORS, 409: {"description": "the id is taken"}})
 async def start_session(body: schemas.StartSession, user: Caller, owned: Owned) -> SessionStatus:
     """Start a session for the caller; answers its status."""
-    session_input = await _session_input(body, user, owned)
+    session_input = await steering.session_input(body, user, owned)
     session_id = body.session_id or f"session-{uuid.uuid4().hex[:12]}"
     await control.start(
         owned.client, session_input, session_id, task_queue=task_queue(),
@@ -56,45 +54,6 @@ async def start_session(body: schemas.StartSession, user: Caller, owned: Owned) 
     )  # fmt: skip
     owned.remember(session_id, user.name)
     return await control.status(owned.client, session_id)
-
-
-async def _session_input(body: schemas.StartSession, user: User, owned: Owners) -> SessionInput:
-    """The start input, resolved as the command line's is (`sessions.start_input.resolve`):
-    the agent's settings, then the body's. A refusal is a 422."""
-    limits = {"max_steps": body.max_steps, "token_budget": body.token_budget,
-              "cost_budget_usd": body.cost_budget, "timeout_seconds": body.timeout,
-              "approval_timeout_seconds": body.approval_timeout}  # fmt: skip
-    fields = {
-        "user_id": user.name, "model": body.model, "fallback_models": body.fallback_models,
-        "system": body.system, "chat": body.chat or None,
-        "search_attributes": await owned.has_search_attributes(),
-        "output_schema": body.output_schema,
-        "notify": body.notify,
-    }  # fmt: skip
-
-    def resolve() -> SessionInput:
-        attachments = [
-            start_input.NewAttachment(
-                name=a.name, data=decode_base64(a.name, a.data), media_type=a.media_type
-            )
-            for a in body.attachments
-        ]
-        return start_input.resolve(
-            goal=body.goal, agent=body.agent, limits=limits, fields=fields, attachments=attachments,
-            settings={k: getattr(body, k) for k in start_input.SETTING_FIELDS},
-        )  # fmt: skip
-
-    try:
-        # Decoding and storing files (up to the body's 48 MB) runs beside the event loop.
-        return await asyncio.to_thread(resolve) if body.attachments else resolve()
-    except AttachmentError as err:
-        raise InvalidInput(str(err)) from None
-    except BadRequest as err:
-        raise InvalidInput(str(err)) from None
-    except ValidationError as err:
-        raise InvalidInput(
-            "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        ) from None
 
 
 @router.get("", responses=ERRORS)

@@ -3,7 +3,7 @@ silently as a default."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -14,6 +14,43 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# The start's choices, shared by `POST /v1/sessions` and the MCP tool `start_session`
+# (`service.mcp_tools`): the same names, types, bounds and descriptions.
+Model = Annotated[str | None, Field(min_length=1, max_length=200)]
+FallbackModels = Annotated[
+    list[str] | None,
+    Field(max_length=5, description="models tried in turn when a step's model is unavailable, rate limited or refuses the key"),
+]  # fmt: skip
+MaxSteps = Annotated[int | None, Field(ge=1)]
+TokenBudget = Annotated[int | None, Field(ge=1)]
+CostBudget = Annotated[float | None, Field(gt=0, description="USD")]
+Timeout = Annotated[float | None, Field(gt=0, description="seconds of working time")]
+ApprovalTimeout = Annotated[
+    float | None, Field(gt=0, description="seconds a call may wait for a decision before it is denied")
+]
+OutputSchema = Annotated[
+    dict[str, Any] | None,
+    Field(description="a JSON Schema: the answer is JSON that matches it, given as `output`"),
+]
+ThinkingBudget = Annotated[
+    int | Literal["adaptive"] | None,
+    Field(description="extended thinking: tokens (1024 or more, below max_tokens) or adaptive"),
+]
+Temperature = Annotated[float | None, Field(ge=0)]
+TopP = Annotated[float | None, Field(ge=0, le=1)]
+StopSequences = Annotated[list[str] | None, Field(description="stop when the model writes one")]
+ToolChoice = Annotated[
+    str | None, Field(description="the first model call of each run: auto, any, none or a tool name")
+]
+ATTACHMENTS = "files for the goal's message: PNG, JPEG, GIF or WebP images, PDF, plain text"
+MAX_ATTACHMENTS = 100
+# The body's fields that `steering.start` takes besides goal, agent, session id, model and chat.
+START_CHOICES = (
+    "fallback_models", "max_steps", "token_budget", "cost_budget", "timeout", "approval_timeout",
+    "output_schema", "attachments", "thinking_budget", "temperature", "top_p", "stop_sequences", "tool_choice",
+)  # fmt: skip
+
+
 class StartSession(Body):
     goal: str = Field(min_length=1, max_length=200_000)
     agent: str | None = Field(
@@ -21,41 +58,29 @@ class StartSession(Body):
     )
     session_id: str | None = Field(default=None, pattern=SESSION_ID)
     system: str | None = Field(default=None, max_length=200_000)
-    model: str | None = Field(default=None, min_length=1, max_length=200)
-    fallback_models: list[str] | None = Field(
-        default=None, max_length=5,
-        description="models tried in turn when a step's model is unavailable, rate limited or refuses the key",
-    )  # fmt: skip
-    max_steps: int | None = Field(default=None, ge=1)
-    token_budget: int | None = Field(default=None, ge=1)
-    cost_budget: float | None = Field(default=None, gt=0, description="USD")
-    timeout: float | None = Field(default=None, gt=0, description="seconds of working time")
-    approval_timeout: float | None = Field(
-        default=None, gt=0, description="seconds a call may wait for a decision before it is denied"
-    )
+    model: Model = None
+    fallback_models: FallbackModels = None
+    max_steps: MaxSteps = None
+    token_budget: TokenBudget = None
+    cost_budget: CostBudget = None
+    timeout: Timeout = None
+    approval_timeout: ApprovalTimeout = None
     chat: bool = False
-    output_schema: dict[str, Any] | None = Field(
-        default=None, description="a JSON Schema: the answer is JSON that matches it, given as `output`"
-    )
+    output_schema: OutputSchema = None
     attachments: list[NewAttachment] = Field(
-        default_factory=list, max_length=100,
-        description="files for the goal's message: PNG, JPEG, GIF or WebP images, PDF, plain text",
-    )  # fmt: skip
+        default_factory=list, max_length=MAX_ATTACHMENTS, description=ATTACHMENTS
+    )
     notify: list[str] | None = Field(
         default=None, max_length=10,
         description="URLs told when a call waits for approval, the session waits for an event, and it ends "
                     "(each must start with a prefix in the service's AGENT_NOTIFY_ALLOW)",
     )  # fmt: skip
 
-    thinking_budget: int | Literal["adaptive"] | None = Field(
-        default=None, description="extended thinking: tokens (1024 or more, below max_tokens) or adaptive"
-    )
-    temperature: float | None = Field(default=None, ge=0)
-    top_p: float | None = Field(default=None, ge=0, le=1)
-    stop_sequences: list[str] | None = Field(default=None, description="stop when the model writes one")
-    tool_choice: str | None = Field(
-        default=None, description="the first model call of each run: auto, any, none or a tool name"
-    )
+    thinking_budget: ThinkingBudget = None
+    temperature: Temperature = None
+    top_p: TopP = None
+    stop_sequences: StopSequences = None
+    tool_choice: ToolChoice = None
 
 
 class NewAttachment(Body):

@@ -1,8 +1,9 @@
 """What the MCP tools (`service.mcp_tools`) and the A2A agent (`service.a2a`) do with a
 session on a user's behalf, and how they follow it.
 
-The calls are the HTTP routes' (`service/routes.py`): the start input comes from
-`sessions.start_input.resolve`, ownership from `service.ownership.Owners`, every action
+The calls are the HTTP routes' (`service/routes.py`): a start's fields are checked as
+`POST /v1/sessions`'s body (`start_body`) and turned into the start input by
+`session_input` (which the route uses too) through `sessions.start_input.resolve`, ownership from `service.ownership.Owners`, every action
 is one of the workflow's updates through `sessions.control.act`, and a decision on a
 sub-agent's call goes to the session that owns it. The user's name is the new session's
 `user_id` and every decision's `decided_by`.
@@ -24,15 +25,23 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio.client import Client
 
+from infra.attachments import AttachmentError, decode_base64
 from infra.connection import task_queue
 from infra.errors import BadRequest, InvalidInput
 from service.auth import User
 from service.feeds import Feed, Feeds
 from service.ownership import Owners
-from service.schemas import SESSION_ID
+from service.schemas import SESSION_ID, START_CHOICES, StartSession
 from sessions import control, render, start_input
 from workflows.agent import AgentWorkflow
-from workflows.contract import FINAL_STATUSES, CancelRequest, Decision, SessionStatus, UserMessage
+from workflows.contract import (
+    FINAL_STATUSES,
+    CancelRequest,
+    Decision,
+    SessionInput,
+    SessionStatus,
+    UserMessage,
+)
 from workflows.events import EVENTS, SessionEvent
 
 log = logging.getLogger("service.steering")
@@ -53,6 +62,50 @@ def one_line(err: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in err.errors())
 
 
+def start_body(**fields: Any) -> StartSession:
+    """The fields of a start (`POST /v1/sessions`'s body's names, None meaning not given)
+    checked as the body is; a value that breaks it is one line."""
+    try:
+        return StartSession.model_validate({k: v for k, v in fields.items() if v is not None})
+    except ValidationError as err:
+        raise InvalidInput(one_line(err)) from None
+
+
+async def session_input(body: StartSession, user: User, owners: Owners) -> SessionInput:
+    """The start input, resolved as the command line's is (`sessions.start_input.resolve`):
+    the agent's settings, then the body's. A refusal is `InvalidInput`, one line."""
+    limits = {"max_steps": body.max_steps, "token_budget": body.token_budget,
+              "cost_budget_usd": body.cost_budget, "timeout_seconds": body.timeout,
+              "approval_timeout_seconds": body.approval_timeout}  # fmt: skip
+    fields = {
+        "user_id": user.name, "model": body.model, "fallback_models": body.fallback_models,
+        "system": body.system, "chat": body.chat or None,
+        "search_attributes": await owners.has_search_attributes(),
+        "output_schema": body.output_schema,
+        "notify": body.notify,
+    }  # fmt: skip
+
+    def resolve() -> SessionInput:
+        attachments = [
+            start_input.NewAttachment(
+                name=a.name, data=decode_base64(a.name, a.data), media_type=a.media_type
+            )
+            for a in body.attachments
+        ]
+        return start_input.resolve(
+            goal=body.goal, agent=body.agent, limits=limits, fields=fields, attachments=attachments,
+            settings={k: getattr(body, k) for k in start_input.SETTING_FIELDS},
+        )  # fmt: skip
+
+    try:
+        # Decoding and storing files (up to the body's 48 MB) runs beside the event loop.
+        return await asyncio.to_thread(resolve) if body.attachments else resolve()
+    except (AttachmentError, BadRequest) as err:
+        raise InvalidInput(str(err)) from None
+    except ValidationError as err:
+        raise InvalidInput(one_line(err)) from None
+
+
 async def start(
     sessions: Sessions,
     user: User,
@@ -62,22 +115,20 @@ async def start(
     session_id: str | None = None,
     model: str | None = None,
     chat: bool = False,
+    **choices: Any,
 ) -> SessionStatus:
-    """Start a session for `user`, resolved as `POST /v1/sessions` resolves it; its status."""
+    """Start a session for `user`, resolved as `POST /v1/sessions` resolves it; its status.
+    `choices` are the body's other fields (`schemas.START_CHOICES`), None meaning not given."""
     if session_id is not None and not re.fullmatch(SESSION_ID, session_id):
         raise BadRequest(f"invalid session id {session_id!r}: letters, digits and . _ : - (at most 200)")
-    fields = {
-        "user_id": user.name, "model": model, "chat": chat or None,
-        "search_attributes": await sessions.owners.has_search_attributes(),
-    }  # fmt: skip
-    try:
-        session_input = start_input.resolve(goal=goal, agent=agent, limits={}, fields=fields)
-    except ValidationError as err:
-        raise InvalidInput(one_line(err)) from None
+    if unknown := sorted(set(choices) - set(START_CHOICES)):
+        raise BadRequest(f"unknown start choices: {', '.join(unknown)}")
+    body = start_body(goal=goal, agent=agent, session_id=session_id, model=model, chat=chat, **choices)
+    session_input_ = await session_input(body, user, sessions.owners)
     session_id = session_id or f"session-{uuid.uuid4().hex[:12]}"
     await control.start(
-        sessions.client, session_input, session_id, task_queue=task_queue(),
-        summary=render.shorten(goal, 200), details=render.session_details(session_input),
+        sessions.client, session_input_, session_id, task_queue=task_queue(),
+        summary=render.shorten(goal, 200), details=render.session_details(session_input_),
     )  # fmt: skip
     sessions.owners.remember(session_id, user.name)
     return await control.status(sessions.client, session_id)

@@ -6,6 +6,7 @@ own sessions (an operator every session); no token, a wrong one or the page's co
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest_asyncio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from temporalio.client import Client as TemporalClient
+from temporalio.service import RPCError
 
 from devservers import temporal_server
 from devservers.fakemodel import FakeModelServer
@@ -32,6 +34,7 @@ from tests.test_mcp_server import (
     new_id,
     result,
 )
+from workflows.typed_output import FINAL_ANSWER
 
 # One `python api.py` for the module: its tests run in one xdist process.
 pytestmark = pytest.mark.xdist_group("mcp-api")
@@ -101,3 +104,69 @@ async def test_http_a_user_reaches_only_their_own_sessions(api: ApiProcess, fake
             assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer", (
                 refused.text
             )
+
+
+REPORT = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+NOTES = b"line one\nline two"
+FALLBACK = "anthropic:claude-haiku-4-5"
+
+
+async def test_http_start_session_takes_the_http_bodys_choices(
+    api: ApiProcess, client: TemporalClient, fake_model: FakeModelServer
+):
+    """A typed answer, a fallback model, model settings, limits and an attachment, as
+    `POST /v1/sessions` takes them: the model's requests carry them and the status has the output."""
+    session_id = new_id()
+    fake_model.script.set(
+        session_id,
+        [{"status": 401, "message": "invalid x-api-key"}, tool_use(FINAL_ANSWER, {"city": "Lima"}, id="f1")],
+    )
+    async with over_http(api, "alice") as mcp:
+        started = result(
+            await mcp.call_tool(
+                "start_session",
+                {
+                    "goal": "which city?", "session_id": session_id, "output_schema": REPORT,
+                    "fallback_models": [FALLBACK], "max_steps": 3, "temperature": 0.5, "stop_sequences": ["END"],
+                    "attachments": [{"name": "notes.txt", "media_type": "text/plain", "data": base64.b64encode(NOTES).decode()}],
+                },
+            )
+        )  # fmt: skip
+        assert started["session_id"] == session_id
+        waited = result(
+            await mcp.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 60})
+        )
+    assert waited["status"] == "completed", waited
+    assert waited["output"] == {"city": "Lima"}
+    first, second = [r["body"] for r in fake_model.script.requests if r["session"] == session_id]
+    assert first["model"] != FALLBACK.split(":")[1] and second["model"] == FALLBACK.split(":")[1]
+    assert first["temperature"] == 0.5 and first["stop_sequences"] == ["END"]
+    assert {"type": "text", "text": "[attached file notes.txt]\nline one\nline two"} in [
+        {k: v for k, v in b.items() if k != "cache_control"} for b in first["messages"][0]["content"]
+    ]
+    assert FINAL_ANSWER in [t["name"] for t in first["tools"]]
+    assert waited["limits"]["max_steps"] == 3 and waited["model_in_use"] == FALLBACK
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        ({"output_schema": {"type": "objekt"}}, "not valid JSON Schema"),
+        ({"output_schema": ["not", "an", "object"]}, "output_schema"),
+        ({"fallback_models": ["nowhere:model-x"]}, "nowhere"),
+        ({"attachments": [{"name": "a.txt", "media_type": "text/plain", "data": "%%% not base64"}]}, "not valid base64"),
+        ({"max_steps": 0}, "max_steps"),
+        ({"temperature": 1.5}, "temperature"),
+    ],
+)  # fmt: skip
+async def test_http_start_session_refuses_bad_choices_in_one_line(
+    arguments: dict[str, Any], says: str, api: ApiProcess, client: TemporalClient
+):
+    session_id = new_id()
+    async with over_http(api, "alice") as mcp:
+        refused = error_line(
+            await mcp.call_tool("start_session", {"goal": "g", "session_id": session_id, **arguments})
+        )
+    assert says in refused, refused
+    with pytest.raises(RPCError):  # nothing started
+        await client.get_workflow_handle(session_id).describe()
