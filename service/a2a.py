@@ -19,8 +19,10 @@ the session's status whenever it is read, so tasks survive a restart of `api.py`
     a message still queued behind another       submitted
 
 A message without `contextId`, or with one no session has, starts a chat session (its
-text is the goal, `metadata.agent` picks the agent); with a known `contextId` it is the
-session's next message. A reply with a data part `{"approve": TOOL_USE_ID}` (optionally
+text is the goal, `metadata.agent` picks the agent, its file parts are the attachments and
+other metadata keys are `POST /v1/sessions`'s choices, `START_METADATA`; with
+`output_schema` it is not a chat, and the parsed output is a data part of the answer);
+with a known `contextId` it is the session's next message (text only). A reply with a data part `{"approve": TOOL_USE_ID}` (optionally
 `"input": {...}`, an edited input) or `{"deny": TOOL_USE_ID, "reason": ...}` decides a
 call that waits for approval. A blocking send returns when its task is terminal or needs
 input, or after `BLOCKING_SECONDS` with its state then; a non-blocking one at once.
@@ -30,6 +32,7 @@ Another user's task is not found, as in the HTTP API.
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator
@@ -99,6 +102,7 @@ from infra.errors import AgentError, BadRequest, InvalidInput, SessionExists, Se
 from service import steering
 from service.auth import User, Users, bearer_user
 from service.http_errors import error_response
+from service.schemas import START_CHOICES
 from service.steering import Sessions
 from sessions import control, render, start_input
 from workflows.agent import AgentWorkflow
@@ -113,6 +117,8 @@ ANSWER = "answer"  # the artifact holding the session's answer to a turn
 TASK_ID = re.compile(r"^(?P<session>.+)\.turn-(?P<turn>[1-9][0-9]{0,8})$")
 TERMINAL = {TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED}
 STOPS = TERMINAL | {TaskState.TASK_STATE_INPUT_REQUIRED}
+# The metadata keys a start takes (beside `agent`): `POST /v1/sessions`'s fields of the same names.
+START_METADATA = ("model", *(k for k in START_CHOICES if k != "attachments"))
 
 
 @dataclass(frozen=True)
@@ -154,6 +160,7 @@ def task_of(status: SessionStatus, turn: int, history: SessionHistory | None = N
         raise TaskNotFoundError(message=f"no task {ref.id!r}")
     turns = turns_of(history) if history is not None else []
     answer: str | None = None
+    output: Any = None  # a typed answer, parsed
     data: dict[str, Any] | None = None
     if turn < status.user_turns:
         state, text = TaskState.TASK_STATE_COMPLETED, "answered"
@@ -162,8 +169,9 @@ def task_of(status: SessionStatus, turn: int, history: SessionHistory | None = N
         state, text = TaskState.TASK_STATE_SUBMITTED, f"queued behind turn {status.user_turns}"
     elif status.status in ("completed", "waiting_input"):
         state, text, answer = TaskState.TASK_STATE_COMPLETED, status.status.replace("_", " "), status.answer
+        output = status.output
         if turn > status.user_turns:  # closed before this message was taken
-            answer = None
+            answer = output = None
     elif status.status == "stopped":
         state, text = (
             TaskState.TASK_STATE_FAILED,
@@ -201,7 +209,10 @@ def task_of(status: SessionStatus, turn: int, history: SessionHistory | None = N
         metadata={"session_status": status.status, "steps": status.steps, "user_turns": status.user_turns},
     )  # fmt: skip
     if answer is not None:
-        task.artifacts.append(Artifact(artifact_id=ANSWER, name=ANSWER, parts=[Part(text=answer)]))
+        artifact = Artifact(artifact_id=ANSWER, name=ANSWER, parts=[Part(text=answer)])
+        if output is not None:
+            artifact.parts.append(Part(data=ParseDict(output, struct_pb2.Value())))
+        task.artifacts.append(artifact)
     if turn <= len(turns):
         task.history.append(
             Message(
@@ -400,6 +411,7 @@ class SessionTasks(RequestHandler):
         is for, and the session's status after it."""
         sessions, message = self.sessions_of(), params.message
         text = "\n".join(p.text for p in message.parts if p.HasField("text")).strip()
+        files = [p for p in message.parts if p.HasField("raw") or p.HasField("url")]
         data = [_whole(MessageToDict(p.data)) for p in message.parts if p.HasField("data")]
         decisions = [d for d in data if isinstance(d, dict) and ("approve" in d or "deny" in d)]
         session_id = message.context_id or None
@@ -433,17 +445,25 @@ class SessionTasks(RequestHandler):
         elif not text:
             raise InvalidParamsError(message="the message has no text")
         elif status is not None and session_id is not None:
+            if files:
+                raise InvalidParamsError(
+                    message="a chat's next message takes text only: files go with the first message of a context"
+                )
             position = await steering.act(
                 sessions, user, session_id, AgentWorkflow.send_message, steering.message(text)
             )
             ref = TaskRef(session_id, int(position))
         else:
-            agent = _metadata(message.metadata).get("agent") or _metadata(params.metadata).get("agent")
+            given = {**_whole(_metadata(params.metadata)), **_whole(_metadata(message.metadata))}
+            agent = given.get("agent")
             if agent is not None and not isinstance(agent, str):
                 raise InvalidParamsError(message="metadata.agent names an agent: a string")
+            choices = {k: given[k] for k in START_METADATA if k in given}
+            # A typed answer is one answer: such a session is not a chat.
             started = await steering.start(
-                sessions, user, goal=text, agent=agent, session_id=session_id, chat=True
-            )
+                sessions, user, goal=text, agent=agent, session_id=session_id,
+                chat=choices.get("output_schema") is None, attachments=_attachments(files) or None, **choices,
+            )  # fmt: skip
             ref = TaskRef(started.session_id, 1)
         return ref, await control.status(sessions.client, ref.session_id)
 
@@ -559,6 +579,22 @@ class SessionTasks(RequestHandler):
 
 def _metadata(metadata: struct_pb2.Struct) -> dict[str, Any]:
     return MessageToDict(metadata) if metadata.fields else {}
+
+
+def _attachments(files: list[Part]) -> list[dict[str, str]]:
+    """A start's file parts (inline bytes) as `POST /v1/sessions`'s attachments; a file by
+    URL is refused (nothing is downloaded)."""
+    found: list[dict[str, str]] = []
+    for n, part in enumerate(files, 1):
+        name = part.filename or f"file-{n}"
+        if part.HasField("url"):
+            raise InvalidParamsError(message=f"file {name}: send the file's bytes, not a URL ({part.url})")
+        if not part.media_type:
+            raise InvalidParamsError(message=f"file {name}: give its mediaType")
+        found.append(
+            {"name": name, "media_type": part.media_type, "data": base64.b64encode(part.raw).decode()}
+        )
+    return found
 
 
 # ---- the card and the routes -------------------------------------------------------------

@@ -7,6 +7,7 @@ restarted, and a user who reaches only their own tasks."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -35,12 +36,14 @@ from a2a.types.a2a_pb2 import (
 from google.protobuf import struct_pb2
 from google.protobuf.json_format import ParseDict
 from temporalio.client import Client as TemporalClient
+from temporalio.service import RPCError
 
 from devservers import temporal_server
 from devservers.fakemodel import FakeModelServer
 from sessions import control
 from tests.conftest import answer, tool_use
 from tests.support.api import TOKENS, ApiProcess, serve_api, wait_for
+from workflows.typed_output import FINAL_ANSWER
 
 EMAIL = {"to": "team@example.com", "subject": "hi", "body": "x"}
 EDITED = {**EMAIL, "to": "boss@example.com"}
@@ -268,3 +271,81 @@ async def test_a_0_3_client_sends_without_blocking_approves_and_streams(
     last = events[-1]  # a status update; or the task itself, if it was done before the stream began
     final = last.status_update.status if last.HasField("status_update") else last.task.status
     assert final.state == TaskState.TASK_STATE_COMPLETED, events
+
+
+REPORT = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+NOTES = b"line one\nline two"
+
+
+def with_file(sent: Message, part: Part) -> Message:
+    sent.parts.append(part)
+    return sent
+
+
+async def test_a_start_with_a_file_and_an_output_schema_answers_the_parsed_output(
+    api: ApiProcess, client: TemporalClient, fake_model: FakeModelServer
+):
+    """A file part is the session's attachment, metadata carries POST /v1/sessions's
+    choices, and the typed answer's output is a data part of the task's artifact."""
+    session_id = new_id()
+    fake_model.script.set(session_id, [tool_use(FINAL_ANSWER, {"city": "Lima"}, id="f1")])
+    sent = with_file(
+        message(text="which city?", context_id=session_id),
+        Part(raw=NOTES, filename="notes.txt", media_type="text/plain"),
+    )
+    sent.metadata.update({"output_schema": REPORT, "max_steps": 3, "temperature": 0.5})
+    async with agent(api, "alice") as alice:
+        task = await send(alice, sent)
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED, task
+        [artifact] = task.artifacts
+        assert get_data_parts(artifact.parts) == [{"city": "Lima"}]
+        assert json.loads(get_artifact_text(artifact)) == {"city": "Lima"}
+        again = await alice.get_task(GetTaskRequest(id=task.id))
+        assert get_data_parts(again.artifacts[0].parts) == [{"city": "Lima"}]
+    status = await control.status(client, session_id)
+    assert status.output == {"city": "Lima"} and status.limits.max_steps == 3 and not status.chat
+    [request] = [r["body"] for r in fake_model.script.requests if r["session"] == session_id]
+    assert request["temperature"] == 0.5
+    assert {"type": "text", "text": "[attached file notes.txt]\nline one\nline two"} in [
+        {k: v for k, v in b.items() if k != "cache_control"} for b in request["messages"][0]["content"]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("metadata", "file", "says"),
+    [
+        ({"output_schema": "not an object"}, None, "output_schema"),
+        ({"fallback_models": ["nowhere:model-x"]}, None, "nowhere"),
+        ({"max_steps": 0}, None, "max_steps"),
+        ({}, Part(url="https://example.com/a.txt", filename="a.txt", media_type="text/plain"), "not a URL"),
+        ({}, Part(raw=b"\x89PNG not really", filename="a.png", media_type="image/png"), "a.png"),
+    ],
+)  # fmt: skip
+async def test_a_start_with_a_bad_choice_or_file_is_refused_in_one_line(
+    metadata: dict[str, Any], file: Part | None, says: str, api: ApiProcess, client: TemporalClient
+):
+    session_id = new_id()
+    sent = message(text="g", context_id=session_id)
+    if file is not None:
+        with_file(sent, file)
+    sent.metadata.update(metadata)
+    async with agent(api, "alice") as alice:
+        with pytest.raises(Exception, match=says) as refused:
+            await send(alice, sent)
+    assert "\n" not in str(refused.value), refused.value
+    with pytest.raises(RPCError):  # nothing started
+        await client.get_workflow_handle(session_id).describe()
+
+
+async def test_a_chats_next_message_takes_no_file(api: ApiProcess, fake_model: FakeModelServer):
+    session_id = new_id()
+    fake_model.script.set(session_id, [answer("hello")])
+    async with agent(api, "alice") as alice:
+        first = await send(alice, message(text="hi", context_id=session_id))
+        assert first.status.state == TaskState.TASK_STATE_COMPLETED, first
+        sent = with_file(
+            message(text="and this", context_id=session_id),
+            Part(raw=NOTES, filename="notes.txt", media_type="text/plain"),
+        )
+        with pytest.raises(Exception, match="text only"):
+            await send(alice, sent)
