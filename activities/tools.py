@@ -75,20 +75,37 @@ class Tool:
         return await asyncio.to_thread(self.func, **kwargs)
 
 
+# A tool runs as a local activity by default when it is retry-safe, needs no approval and
+# its timeout is at most this: a step is then one workflow task instead of two (the tool
+# runs inside the task that received the model's reply; bench/analysis.md). A local
+# activity holds its workflow task open while it runs, and a worker killed during one is
+# noticed at the workflow task's timeout (10 s), so only short tools qualify.
+LOCAL_UP_TO_S = 10.0
+DEFAULT_TIMEOUT_S = 10.0
+
+
 def tool(
     *,
     policy: ToolPolicy = "idempotent",
     requires_approval: bool = False,
-    local: bool = False,
+    local: bool | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
     name: str | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Declare a tool. Parameters become its JSON Schema; the docstring its description.
 
-    `local=True` runs a short read-only or idempotent tool as a local activity (no extra
-    workflow task); it must finish well within a minute.
+    `timeout` bounds one attempt, in seconds (default 10). `local` unset runs the tool as a
+    local activity (no extra workflow task) when it is read-only or idempotent, needs no
+    approval and its timeout is at most `LOCAL_UP_TO_S`; `local=False` keeps it a regular
+    activity; `local=True` asks for a local activity whatever the timeout.
     """
-    if local and (policy == "at_most_once" or requires_approval):
+    if not (isinstance(timeout, int | float) and 0 < timeout < float("inf")):
+        raise TypeError(f"a tool's timeout is a positive number of seconds, not {timeout!r}")
+    retry_safe = policy != "at_most_once" and not requires_approval
+    if local and not retry_safe:
         raise TypeError("only read-only or idempotent tools without approval can run as local activities")
+    if local is None:
+        local = retry_safe and timeout <= LOCAL_UP_TO_S
 
     def wrap(func: Callable[..., Any]) -> Tool:
         tool_name = name or func.__name__
@@ -119,6 +136,7 @@ def tool(
             policy=policy,
             requires_approval=requires_approval,
             local=local,
+            timeout_seconds=float(timeout),
         )
         return Tool(func=func, spec=spec, args_model=args_model, wants_context=wants_context)
 

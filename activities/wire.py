@@ -167,12 +167,16 @@ class ToolSpec(BaseModel):
     input_schema: dict[str, Any]
     policy: ToolPolicy = "idempotent"
     requires_approval: bool = False
-    # Short retry-safe tools may run as local activities, in the workflow task that
-    # received the model's response: one workflow task per step instead of two.
+    # Short retry-safe tools run as local activities, in the workflow task that received
+    # the model's response: one workflow task per step instead of two. Resolved when the
+    # tool is declared (`@tool(local=None)`), so the recorded tool list decides.
     local: bool = False
-    # An MCP tool: the server (from the worker's definitions) that runs it, and the bound
-    # on one call. None for the worker's Python tools.
+    # An MCP tool: the server (from the worker's definitions) that runs it. None for the
+    # worker's Python tools.
     server: str | None = None
+    # The bound on one attempt: a Python tool's `@tool(timeout=)`, an MCP server's
+    # `timeout_seconds`. None in Python tool lists recorded before tools had one (they
+    # keep the old bounds, workflows/options.py).
     timeout_seconds: float | None = None
     # A sub-agent, called as a tool: it runs as a child session of the workflow.
     subagent: str | None = None

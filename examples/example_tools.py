@@ -18,7 +18,7 @@ from activities.tools import ToolContext, tool
 from infra.datadir import append_jsonl, data_dir, record_effect
 
 
-@tool(policy="read_only", local=True)
+@tool(policy="read_only")
 def get_time(timezone_name: Annotated[str, Field(description="Only 'UTC' is supported")] = "UTC") -> str:
     """Return the current time as an ISO 8601 string."""
     if timezone_name.upper() != "UTC":

@@ -56,6 +56,10 @@ ANSWER_BOUND_S = 2.0
 # How long the idempotent tool a kill interrupts runs: long enough for the test to see it
 # started, find its worker and kill it, however slow the machine.
 TOOL_S = 5.0
+# A local tool's (within its default 10 s timeout), and the workflow task timeout (the
+# SDK's default, which `client.py start` keeps).
+LOCAL_TOOL_S = 6.0
+WORKFLOW_TASK_TIMEOUT_S = 10.0
 
 
 def _secs(value: float) -> str:
@@ -221,6 +225,48 @@ async def test_kill_during_idempotent_tool_runs_it_again_with_the_same_key(procs
             f"kill to next model call scheduled (tool takes {TOOL_S:g} s)": _secs(
                 next_step.epoch - killed_at
             ),
+        },
+    )
+
+
+async def test_kill_during_a_local_tool_runs_it_again_after_the_workflow_task_timeout(procs: ProcessHarness):
+    # Workers with their defaults (the failover watch on). A local tool runs inside its
+    # workflow task: no activity for the watch to fail; the server hands the task to
+    # another worker when it times out, 10 s after it started, and that worker runs the tool again.
+    workers = await procs.worker_pool(2)
+    handle = await procs.start(
+        [tool_use("quick_upsert", {"key": "k1", "seconds": LOCAL_TOOL_S}, id="q1"), answer("Saved.")]
+    )
+    [started] = await wait_for_effects(handle.id, "quick_upsert")
+    first = next(w for w in workers if w.pid == started["pid"])
+    second = next(w for w in workers if w is not first)
+    killed_at = first.kill()
+
+    result = await result_of(handle, timeout=90)
+    assert result.status == "completed" and result.answer == "Saved."
+    runs = effects_of(handle.id, "quick_upsert")
+    assert len(runs) == 2, runs
+    assert {r["idempotency_key"] for r in runs} == {f"{handle.id}:q1"}
+    assert [r["pid"] for r in runs] == [first.pid, second.pid]
+    events = await events_of(handle)
+    assert not [e for e in events if e.type == "ACTIVITY_TASK_SCHEDULED" and e.activity == "run_tool"]
+    timed_out = first_after(events, killed_at, "WORKFLOW_TASK_TIMED_OUT")
+    next_step = first_after(events, killed_at, "ACTIVITY_TASK_SCHEDULED", "call_model")
+    detected, rerun = timed_out.epoch - killed_at, runs[1]["at"] - killed_at
+    # The task timed out 10 s after it started, which was before the tool's first line.
+    assert 0 < detected <= WORKFLOW_TASK_TIMEOUT_S, detected
+    print(f"kill -9 during a local tool: task timed out after {detected:.1f} s, tool run again after "
+          f"{rerun:.1f} s, next model call {next_step.epoch - killed_at:.1f} s")  # fmt: skip
+    record(
+        AREA,
+        f"kill -9 during a local tool call (`quick_upsert`, idempotent, {LOCAL_TOOL_S:g} s; a local activity "
+        "by default), a second worker polling, both with their defaults",
+        "the workflow task timed out (10 s after it started) and the other worker ran the tool again with "
+        "the same idempotency key; the session completed",
+        {
+            "kill to workflow task timed out": _secs(detected),
+            "kill to tool run again": _secs(rerun),
+            "kill to next model call scheduled": _secs(next_step.epoch - killed_at),
         },
     )
 

@@ -11,6 +11,7 @@ import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.worker import (
@@ -39,6 +40,33 @@ async def test_tool_then_answer(harness: Harness):
     tool_result = sent[-1]["content"][0]
     assert tool_result["type"] == "tool_result" and tool_result["tool_use_id"] == "t1"
     assert not tool_result.get("is_error")
+
+
+async def test_a_short_retry_safe_tool_runs_locally_by_default_and_the_ui_names_the_call(harness: Harness):
+    # save_note (idempotent, no approval, the default 10 s timeout) runs as a local
+    # activity; slow_upsert (idempotent, timeout 150 s) stays a regular one.
+    handle = await harness.start([
+        {"text": "", "tool_calls": [
+            {"name": "save_note", "input": {"title": "t", "text": "x"}, "id": "n1"},
+            {"name": "slow_upsert", "input": {"key": "k", "seconds": 0}, "id": "u1"},
+        ]},
+        answer("Saved."),
+    ])  # fmt: skip
+    result: SessionStatus = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed"
+    history = await handle.query("history", result_type=SessionHistory)
+    assert [c.status for c in history.tool_calls] == ["done", "done"]
+    activities, markers = [], []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            activities.append(event.activity_task_scheduled_event_attributes.activity_type.name)
+        elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED and event.user_metadata.HasField(
+            "summary"
+        ):
+            markers.append(PayloadConverter.default.from_payload(event.user_metadata.summary, str))
+    assert activities == ["call_model", "run_tool", "call_model"]  # the model twice, slow_upsert once
+    # What the Temporal UI shows for the local call: its marker's summary, the tool and its input.
+    assert any(m.startswith("tool save_note ") and '"title": "t"' in m for m in markers), markers
 
 
 async def test_parallel_calls_keep_the_models_order(harness: Harness):

@@ -32,11 +32,12 @@ from workflows.contract import Limits
 HEARTBEAT_TIMEOUT: timedelta | None = None
 # The activities `--heartbeat-timeout` applies to: those that may run long.
 HEARTBEATING = ("call_model", "run_tool", "list_mcp_tools", "call_mcp_tool")
-# A tool that runs on the worker, in an activity of its own.
+# A Python tool's attempt is bounded by its own `@tool(timeout=)` (default 10 s), recorded
+# in the session's tool list; lists recorded before tools had one keep these bounds.
 TOOL_START_TO_CLOSE = timedelta(minutes=10)
-# A local activity: checking a tool's input, listing the worker's tools, a local tool.
-LOCAL_TIMEOUT = timedelta(seconds=30)
 LOCAL_TOOL_TIMEOUT = timedelta(seconds=30)
+# A local activity: checking a tool's input, listing the worker's tools.
+LOCAL_TIMEOUT = timedelta(seconds=30)
 RETRY_IDEMPOTENT_TOOL = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30), maximum_attempts=5
 )
@@ -137,12 +138,20 @@ def check_tool_input() -> LocalActivityOptions:
 
 
 def run_tool(spec: ToolSpec) -> ActivityOptions:
-    return ActivityOptions(start_to_close_timeout=TOOL_START_TO_CLOSE, retry_policy=_tool_retry(spec))
+    return ActivityOptions(
+        start_to_close_timeout=_tool_timeout(spec, TOOL_START_TO_CLOSE), retry_policy=_tool_retry(spec)
+    )
 
 
-def run_local_tool() -> LocalActivityOptions:
-    """A local tool: only an idempotent one runs as a local activity."""
-    return LocalActivityOptions(start_to_close_timeout=LOCAL_TOOL_TIMEOUT, retry_policy=RETRY_IDEMPOTENT_TOOL)
+def run_local_tool(spec: ToolSpec) -> LocalActivityOptions:
+    """A local tool: only a retry-safe one runs as a local activity."""
+    return LocalActivityOptions(
+        start_to_close_timeout=_tool_timeout(spec, LOCAL_TOOL_TIMEOUT), retry_policy=RETRY_IDEMPOTENT_TOOL
+    )
+
+
+def _tool_timeout(spec: ToolSpec, recorded_before: timedelta) -> timedelta:
+    return timedelta(seconds=spec.timeout_seconds) if spec.timeout_seconds else recorded_before
 
 
 # ---- MCP servers' tools --------------------------------------------------------------------

@@ -281,7 +281,7 @@ class ToolRunner:
                 self._close(call, "cancelled", "cancelled before it finished")
                 raise asyncio.CancelledError() from err
             if local:
-                meter.local_activity_failed(task, err, options.attempts(options.run_local_tool()))
+                meter.local_activity_failed(task, err, options.attempts(options.run_local_tool(spec)))
             else:
                 meter.activity_failed(err, options.attempts(self._options(spec)))
             return self._close(call, *_failed(spec, err))
@@ -341,7 +341,7 @@ class ToolRunner:
             )
         if _runs_locally(spec):
             return await workflow.execute_local_activity_method(
-                ToolActivities.run_tool, request, **options.run_local_tool(), summary=summary
+                ToolActivities.run_tool, request, **options.run_local_tool(spec), summary=summary
             )
         return await workflow.execute_activity_method(
             ToolActivities.run_tool, request, **options.run_tool(spec), summary=summary

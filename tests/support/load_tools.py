@@ -12,7 +12,7 @@ from infra.datadir import record_effect
 from tests.support.tools import TOOLS as TEST_TOOLS
 
 
-@tool(policy="at_most_once")
+@tool(policy="at_most_once", timeout=150)
 def crunch(seconds: Annotated[float, Field(ge=0, le=120)], ctx: ToolContext) -> str:
     """Compute for this many seconds without a pause (pure Python, in its thread). At most once."""
     record_effect("crunch", ctx.session_id, ctx.idempotency_key, {"seconds": seconds})

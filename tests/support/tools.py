@@ -13,7 +13,7 @@ from examples.example_tools import TOOLS as EXAMPLE_TOOLS
 from infra.datadir import data_dir, record_effect
 
 
-@tool(policy="at_most_once")
+@tool(policy="at_most_once", timeout=150)
 async def slow_charge(
     amount: Annotated[int, Field(ge=1)], seconds: Annotated[float, Field(ge=0, le=120)], ctx: ToolContext
 ) -> str:
@@ -23,7 +23,7 @@ async def slow_charge(
     return f"charged {amount}"
 
 
-@tool(policy="idempotent")
+@tool(policy="idempotent", timeout=150)
 async def slow_upsert(key: str, seconds: Annotated[float, Field(ge=0, le=120)], ctx: ToolContext) -> str:
     """Write a record, slowly. Idempotent: safe to run again with the same idempotency key."""
     record_effect("slow_upsert", ctx.session_id, ctx.idempotency_key, {"key": key, "seconds": seconds})
@@ -31,7 +31,15 @@ async def slow_upsert(key: str, seconds: Annotated[float, Field(ge=0, le=120)], 
     return f"upserted {key}"
 
 
-@tool(policy="read_only")
+@tool(policy="idempotent")
+async def quick_upsert(key: str, seconds: Annotated[float, Field(ge=0, le=9)], ctx: ToolContext) -> str:
+    """Write a record within seconds. Idempotent, with the default timeout: a local activity."""
+    record_effect("quick_upsert", ctx.session_id, ctx.idempotency_key, {"key": key, "seconds": seconds})
+    await asyncio.sleep(seconds)
+    return f"upserted {key}"
+
+
+@tool(policy="read_only", timeout=330)
 async def wait_for_cancel(seconds: Annotated[float, Field(ge=0, le=300)], ctx: ToolContext) -> str:
     """Wait, heartbeating; writes a marker file if it sees the cancellation."""
     try:
@@ -68,4 +76,14 @@ def whoami(user_id: str | None = None, ctx: ToolContext = None) -> str:  # type:
     return f"acting for {ctx.user_id}"
 
 
-TOOLS = [*EXAMPLE_TOOLS, slow_charge, slow_upsert, wait_for_cancel, explode, big_output, echo_text, whoami]
+TOOLS = [
+    *EXAMPLE_TOOLS,
+    slow_charge,
+    slow_upsert,
+    quick_upsert,
+    wait_for_cancel,
+    explode,
+    big_output,
+    echo_text,
+    whoami,
+]
