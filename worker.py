@@ -34,7 +34,9 @@ The worker serves its model calls' text, while the model writes it, to followers
 the service's event stream) over HTTP on `--live-host` (default 127.0.0.1) and
 `--live-port` (default: any free port), and names the URL in its worker identity
 (`PID@HOST live=http://...`), where a follower finds it; the text never enters Temporal
-(activities/live_server.py). `--no-live` turns it off: followers then see the text with each turn.
+(activities/live_server.py). The same server stops a call it runs when the call's session is
+cancelled or times out (activities/stopping.py). `--no-live` turns it off: followers then see
+the text with each turn, and a cancelled session's calls on this worker run to their end.
 
 Model calls run on a task queue of their own, `<queue>-model`, which this worker polls
 too (activities/model_queue.py). `--model-calls-per-second N` (or
@@ -228,6 +230,7 @@ def build_worker(
     from activities.model import ModelActivities
     from activities.model_queue import ModelQueueWorker, server_rate
     from activities.notify import NotifyActivities
+    from activities.stopping import stop_calls
     from activities.tools import ToolActivities
     from infra.connection import task_queue
     from infra.definitions import load_definitions
@@ -282,6 +285,7 @@ def build_worker(
         activities=[
             model.call_model,  # the calls of sessions recorded before the model calls' own queue
             model.archive_records,  # the store's archive that continue-as-new writes to
+            stop_calls,  # a stopping session's calls stopped where they run (activities/stopping.py)
             *ToolActivities(tools).activities(),
             *(mcp or McpActivities(load_definitions().mcp_servers)).activities(),
             *notify.activities(),

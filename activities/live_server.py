@@ -29,6 +29,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Generator
 from typing import Any
+from urllib.parse import quote
 
 from pydantic import TypeAdapter
 from temporalio.api.common.v1 import Payload
@@ -36,6 +37,7 @@ from temporalio.converter import DataConverter
 
 from activities.deltas import LIVE, LiveCalls
 from activities.model_queue import ModelQueueWorker
+from activities.stopping import RUNNING, RunningCalls
 from activities.wire import LiveDelta, TextDelta, ThinkingDelta
 from infra.errors import ConfigError
 
@@ -61,6 +63,16 @@ def live_url(identity: str | None) -> str | None:
     return None
 
 
+def cancel_path(session_id: str, activity_id: str) -> str:
+    """The path that stops a session's call on a worker's live server."""
+    return f"/cancel/{quote(session_id, safe='')}/{quote(activity_id, safe='')}"
+
+
+def cancel_headers(session_id: str) -> dict[str, str]:
+    """The headers a request to stop a session's call carries."""
+    return {}
+
+
 async def encode_delta(converter: DataConverter, delta: TextDelta | ThinkingDelta) -> bytes:
     payloads = converter.payload_converter.to_payloads([delta])
     if converter.payload_codec is not None:
@@ -80,8 +92,8 @@ async def decode_line(converter: DataConverter, line: bytes | str) -> TextDelta 
     return LIVE_DELTAS.validate_python(converter.payload_converter.from_payloads(payloads, [dict])[0])
 
 
-def build_app(converter: DataConverter, calls: LiveCalls = LIVE) -> Any:
-    """The Starlette app with the one route."""
+def build_app(converter: DataConverter, calls: LiveCalls = LIVE, running: RunningCalls = RUNNING) -> Any:
+    """The Starlette app: the live text, and stopping a call."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -109,7 +121,25 @@ def build_app(converter: DataConverter, calls: LiveCalls = LIVE) -> Any:
             lines(), media_type="application/x-ndjson", headers={"Cache-Control": "no-store"}
         )
 
-    return Starlette(routes=[Route("/live/{session_id:path}", live)])
+    async def cancel(request: Request) -> Response:
+        session_id, activity_id = request.path_params["session_id"], request.path_params["activity_id"]
+        outcome = running.stop(session_id, activity_id, request.query_params.get("run"))
+        if outcome == "stopped":
+            return JSONResponse({"stopped": True})
+        if outcome == "at_most_once":
+            return JSONResponse(
+                {"error": "an at-most-once call is never interrupted: it runs to its end"}, status_code=409
+            )
+        return JSONResponse(
+            {"error": f"no call {activity_id} of session {session_id} runs here"}, status_code=404
+        )
+
+    return Starlette(
+        routes=[
+            Route("/live/{session_id:path}", live),
+            Route("/cancel/{session_id:path}/{activity_id}", cancel, methods=["POST"]),
+        ]
+    )
 
 
 class LiveServer:
@@ -120,9 +150,14 @@ class LiveServer:
     does all three."""
 
     def __init__(
-        self, converter: DataConverter, host: str = "127.0.0.1", port: int = 0, calls: LiveCalls = LIVE
+        self,
+        converter: DataConverter,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        calls: LiveCalls = LIVE,
+        running: RunningCalls = RUNNING,
     ):
-        self.converter, self.host, self.port, self.calls = converter, host, port, calls
+        self.converter, self.host, self.port, self.calls, self.running = converter, host, port, calls, running
         self.url: str | None = None
         self._socket: socket.socket | None = None
         self._server: Any = None
@@ -173,7 +208,7 @@ class LiveServer:
         if self._task is not None:
             return
         config = uvicorn.Config(
-            build_app(self.converter, self.calls), log_config=None, log_level="warning", access_log=False,
+            build_app(self.converter, self.calls, self.running), log_config=None, log_level="warning", access_log=False,
             lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )  # fmt: skip
         self._server = _Server(config)

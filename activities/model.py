@@ -26,6 +26,7 @@ from activities.deltas import Deltas
 from activities.heartbeat import Heartbeats
 from activities.model_errors import PROMPT_TOO_LONG, TRANSCRIPT_MISSING, terminal
 from activities.providers import ModelTurn, Provider, ProviderCall, resolve
+from activities.stopping import stoppable
 from activities.transcript import TranscriptMissing, TranscriptStore, open_store
 from activities.wire import ArchivePart, ArchiveReceipt, ModelReply, ModelRequest, ToolSpec, tool_specs_text
 
@@ -66,7 +67,8 @@ class ModelActivities:
         started = time.monotonic()
         beats = Heartbeats()  # only with a heartbeat timeout (activities/heartbeat.py)
         try:
-            async with beats, Deltas(request.session_id, request.step, attempt) as deltas:
+            # A session that stops closes the request (activities/stopping.py).
+            async with stoppable(), beats, Deltas(request.session_id, request.step, attempt) as deltas:
                 turn, cut = await self._send(provider, model, request, tail, deltas)
         except ApplicationError:
             raise

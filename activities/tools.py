@@ -23,6 +23,7 @@ from temporalio import activity
 
 from activities.attempt_telemetry import tool_call_telemetry
 from activities.heartbeat import Heartbeats
+from activities.stopping import RunningCall, stoppable
 from activities.transcript import TranscriptStore, open_store
 from activities.wire import ToolOutcome, ToolPolicy, ToolRequest, ToolSpec
 
@@ -38,6 +39,17 @@ class ToolContext:
     tool_use_id: str
     idempotency_key: str
     _beats: Heartbeats | None = field(default=None, repr=False, compare=False)
+    _call: RunningCall | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the call was stopped: its session was cancelled or timed out while it ran.
+        An `async` tool is also cancelled at its next `await`; a synchronous one (in its
+        thread, which Python cannot stop) checks this between steps and returns early: its
+        result is discarded. Never true for an at-most-once tool, which runs to its end."""
+        if self._call is not None and self._call.stopped:
+            return True
+        return activity.in_activity() and activity.is_cancelled()
 
     def heartbeat(self, *details: Any) -> None:
         """Report progress; also how a long tool learns that it was cancelled. Sent at most
@@ -99,7 +111,7 @@ def tool(
     approval and its timeout is at most `LOCAL_UP_TO_S`; `local=False` keeps it a regular
     activity; `local=True` asks for a local activity whatever the timeout.
     """
-    if not (isinstance(timeout, int | float) and 0 < timeout < float("inf")):
+    if isinstance(timeout, bool) or not (isinstance(timeout, int | float) and 0 < timeout < float("inf")):  # pyright: ignore[reportUnnecessaryIsInstance]  (a caller's value)
         raise TypeError(f"a tool's timeout is a positive number of seconds, not {timeout!r}")
     retry_safe = policy != "at_most_once" and not requires_approval
     if local and not retry_safe:
@@ -242,13 +254,15 @@ class ToolActivities:
             return ToolOutcome(
                 content=describe_validation_error(found.name, err), is_error=True, attempt=attempt
             )
-        async with Heartbeats() as beats:
+        # A session that stops cancels a retry-safe tool here (activities/stopping.py).
+        async with stoppable(found.spec.policy != "at_most_once") as call, Heartbeats() as beats:
             ctx = ToolContext(
                 session_id=request.session_id,
                 user_id=request.user_id,
                 tool_use_id=request.tool_use_id,
                 idempotency_key=f"{request.session_id}:{request.tool_use_id}",
                 _beats=beats,
+                _call=call,
             )
             try:
                 value = await found.call(args, ctx)

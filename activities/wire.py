@@ -336,3 +336,20 @@ class ArchivePart(BaseModel):
 class ArchiveReceipt(BaseModel):
     ref: str  # the part's hash in the store
     attempt: int = 1
+
+
+class StopCalls(BaseModel):
+    """Which session run's calls in flight to stop where they run (activities/stopping.py)."""
+
+    session_id: str
+    run_id: str
+
+
+class CallsStopped(BaseModel):
+    """What `stop_calls` found: calls stopped, calls their worker refused to interrupt
+    (at-most-once), and calls whose worker it could not ask (no live server, unreachable)."""
+
+    stopped: list[str] = []
+    refused: list[str] = []
+    unreachable: list[str] = []
+    attempt: int = 1

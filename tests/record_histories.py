@@ -148,6 +148,22 @@ async def cancel_during_model(handle) -> None:
     await handle.signal("cancel")
 
 
+async def cancel_once_charging(handle) -> None:
+    """Cancel while an at-most-once tool and a read-only one run: the first ends, the second stops."""
+    await wait_for_effect(handle, "slow_charge")
+    await handle.execute_update("cancel_session", {"reason": "stop"}, result_type=str)
+
+
+async def wait_for_effect(handle, tool: str, timeout: float = 30) -> None:
+    from infra.datadir import read_effects
+
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not [e for e in read_effects() if e["session_id"] == handle.id and e["tool"] == tool]:
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"session {handle.id} never ran {tool}")
+        await asyncio.sleep(0.1)
+
+
 async def temporal_cancel(handle) -> None:
     await asyncio.sleep(0.5)
     await handle.cancel()
@@ -235,6 +251,22 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
     ),
     "cancel_during_model": ([{**answer("too late"), "delay": 2}], {}, cancel_during_model),
     "temporal_cancel": ([{**answer("too late"), "delay": 2}], {}, temporal_cancel),
+    # The `stop-calls` patch: the workers asked to stop the calls in flight (a streamed model
+    # call; a read-only tool beside an at-most-once one, which ends and is recorded first).
+    "stop_model_call": ([answer("word " * 200, pace=0.05)], {}, cancel_during_model),
+    "stop_tool_calls": (
+        [
+            {
+                "tool_calls": [
+                    {"name": "slow_charge", "input": {"amount": 5, "seconds": 2}, "id": "c1"},
+                    {"name": "long_read", "input": {"seconds": 60}, "id": "r1"},
+                ]
+            },
+            answer("never"),
+        ],
+        {},
+        cancel_once_charging,
+    ),
     "pause_resume": (
         [tool_use("slow_upsert", {"key": "k", "seconds": 1}, id="s1"), answer("done")],
         {},

@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.options import DESCRIBE_TOOLS_ATTEMPTS
     from workflows.session import Finished, HandOver, Session, describe_failure, fmt_duration
     from workflows.state import SessionState
+    from workflows.stopping import lets_calls_finish, stop_calls
     from workflows.subagents import CHILD_APPROVALS, CHILD_WAITS, ChildApprovals, SubAgents, subagent_specs
     from workflows.tool_calls import ToolRunner, describe_tools, list_mcp_tools, wait_while_paused
     from workflows.typed_output import FINAL_ANSWER, TypedAnswers, answer_spec
@@ -348,7 +349,7 @@ class AgentWorkflow:
         try:
             await workflow.wait([loop, cancelled, timeout], return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
-            await _stop(loop)
+            await self._stop(loop)
             if working_time:
                 self.clock.stop()
             raise
@@ -373,7 +374,7 @@ class AgentWorkflow:
                 state.run_started_at = None
                 return outcome
             raise outcome or RuntimeError("the loop ended without an outcome")
-        await _stop(loop)
+        await self._stop(loop)
         state.run_started_at = None
         if state.cancel_requested is not None:
             return Finished("cancelled", error=state.cancel_requested or None)
@@ -409,6 +410,18 @@ class AgentWorkflow:
             if stop in ("max_tokens", "refusal"):
                 raise Finished("stopped", stop_reason=stop)
             raise Finished("stopped", stop_reason="unknown")
+
+    async def _stop(self, loop: asyncio.Task[None]) -> None:
+        """Stop the loop: Temporal cancels its activities; with a model call or a regular tool
+        call in flight, the session also asks their workers to stop them now, and lets an
+        at-most-once call end first (workflows/stopping.py)."""
+        in_flight = self.model.in_flight or self.tools.activities_in_flight > 0
+        stops = self.tools.stopping = in_flight and lets_calls_finish(self.session)
+        loop.cancel()
+        if stops:
+            await stop_calls(self.session)
+        with contextlib.suppress(asyncio.CancelledError, Finished, HandOver):
+            await loop
 
     # ---- chat ------------------------------------------------------------------------------
 
@@ -449,9 +462,3 @@ class AgentWorkflow:
             state.stream_state = archive.trim_stream(state.stream_state)
         self.meter.record_refusals()  # the new run's input records them (workflows/metering.py)
         workflow.continue_as_new(self.session.input.model_copy(update={"state": state}))
-
-
-async def _stop(loop: asyncio.Task[None]) -> None:
-    loop.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Finished, HandOver):
-        await loop

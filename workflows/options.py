@@ -59,6 +59,9 @@ NOTIFY_ATTEMPT_TIMEOUT = timedelta(seconds=30)  # one POST (the client's own tim
 NOTIFY_REFUSED = "NotificationRefused"
 
 ARCHIVE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
+# Describing the session and asking each worker (5 s a request, activities/stopping.py).
+STOP_CALLS_TIMEOUT = timedelta(seconds=15)
+STOP_CALLS_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
 
 
 class ActivityOptions(TypedDict, total=False):
@@ -152,6 +155,12 @@ def run_local_tool(spec: ToolSpec) -> LocalActivityOptions:
 
 def _tool_timeout(spec: ToolSpec, recorded_before: timedelta) -> timedelta:
     return timedelta(seconds=spec.timeout_seconds) if spec.timeout_seconds else recorded_before
+
+
+def stop_calls() -> LocalActivityOptions:
+    """Asking the workers to stop a stopping session's calls: quick, two tries, then the
+    calls run to their end as they would without it."""
+    return LocalActivityOptions(start_to_close_timeout=STOP_CALLS_TIMEOUT, retry_policy=STOP_CALLS_RETRY)
 
 
 # ---- MCP servers' tools --------------------------------------------------------------------

@@ -15,6 +15,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.workflow import ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
     from activities.mcp import McpActivities
@@ -24,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import options, spans
     from workflows.contract import CallStatus, ToolCallRecord
     from workflows.events import ApprovalRequested, DecisionRecorded, ToolCallEnded, ToolCallStarted
-    from workflows.metering import current_task, history_length
+    from workflows.metering import Task, current_task, history_length
     from workflows.records import SLEEP, WAIT_FOR_EVENT, PendingApproval
     from workflows.session import (
         HandOver,
@@ -36,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         was_cancelled,
     )
     from workflows.state import SETTLED
+    from workflows.stopping import RunsToItsEnd
     from workflows.subagents import SubAgents
     from workflows.typed_output import FINAL_ANSWER, TypedAnswers
     from workflows.waits import Waits, check_input, is_wait, with_waits
@@ -45,6 +47,14 @@ with workflow.unsafe.imports_passed_through():
 TIMEOUT = "timeout"
 # From this many identical calls on, the model is told that it repeats itself.
 REPEAT_NOTE_AT = 3
+
+
+class EndedWhileStopping(Exception):
+    """An at-most-once call ended while its session was stopping: its outcome, to record."""
+
+    def __init__(self, outcome: ToolOutcome | ActivityError) -> None:
+        super().__init__("ended while its session was stopping")
+        self.outcome = outcome
 
 
 class ToolRunner:
@@ -61,12 +71,22 @@ class ToolRunner:
         self.subagents = subagents
         self._wants_handover = wants_handover
         self._siblings = 0  # sub-agent calls in the response being run: they share the budget
+        self.activities_in_flight = 0  # regular activities (Python or MCP tools) running
+        # Set by a session that stops with calls in flight and lets an at-most-once call end
+        # (workflows/stopping.py); never in a replay of a history recorded before.
+        self.stopping = False
         self.waits = Waits(session, self._idle_enough_to_hand_over)
 
     async def run_all(self, uses: list[ToolUseBlock]) -> None:
         """Run one response's calls concurrently; their results go back in the model's order."""
         self._siblings = sum(1 for u in uses if (s := self.state.spec(u.name)) is not None and s.subagent)
-        results = await asyncio.gather(*(self._settle(self.state.calls[u.id]) for u in uses))
+        settling = [asyncio.ensure_future(self._settle(self.state.calls[u.id])) for u in uses]
+        try:
+            results = await asyncio.gather(*settling)
+        except asyncio.CancelledError:
+            if self.stopping:  # an at-most-once call ends, and is recorded, before the stop
+                await workflow.wait(settling)
+            raise
         self.state.append(Message(role="user", content=list(results)), sent=False)
         self.session.view.changed()
 
@@ -269,7 +289,7 @@ class ToolRunner:
         self.session.view.changed()
         if spec.subagent is not None:
             return await self._execute_subagent(call, spec)
-        meter, task = self.session.meter, current_task()
+        task = current_task()
         local = _runs_locally(spec)
         try:
             outcome = await self._activity(
@@ -280,23 +300,42 @@ class ToolRunner:
                 self._metered_interruption(local, task.length)
                 self._close(call, "cancelled", "cancelled before it finished")
                 raise asyncio.CancelledError() from err
-            if local:
-                meter.local_activity_failed(task, err, options.attempts(options.run_local_tool(spec)))
-            else:
-                meter.activity_failed(err, options.attempts(self._options(spec)))
-            return self._close(call, *_failed(spec, err))
+            return self._failure(call, spec, err, local, task)
         except asyncio.CancelledError:
             self._metered_interruption(local, task.length)
             self._close(call, "cancelled", "cancelled before it finished")
             raise
+        except EndedWhileStopping as ended:
+            # An at-most-once call that the stopping session let end: its outcome, then the stop.
+            if isinstance(ended.outcome, ActivityError):
+                self._failure(call, spec, ended.outcome, local, task)
+            else:
+                self._success(call, ended.outcome, local, task)
+            raise asyncio.CancelledError() from None
+        return self._success(call, outcome, local, task)
+
+    def _success(
+        self, call: ToolCallRecord, outcome: ToolOutcome, local: bool, task: Task
+    ) -> ToolResultBlock:
         if local:
-            meter.local_activity(task, outcome.attempt, outcome.duration_ms)
+            self.session.meter.local_activity(task, outcome.attempt, outcome.duration_ms)
         else:
-            meter.activity(outcome.attempt, outcome.heartbeats)
+            self.session.meter.activity(outcome.attempt, outcome.heartbeats)
         call.output_ref = outcome.content_ref
         return self._close(
             call, "error" if outcome.is_error else "done", self._content(call, outcome), outcome.duration_ms
         )
+
+    def _failure(
+        self, call: ToolCallRecord, spec: ToolSpec, err: ActivityError, local: bool, task: Task
+    ) -> ToolResultBlock:
+        if local:
+            self.session.meter.local_activity_failed(
+                task, err, options.attempts(options.run_local_tool(spec))
+            )
+        else:
+            self.session.meter.activity_failed(err, options.attempts(self._options(spec)))
+        return self._close(call, *_failed(spec, err))
 
     async def _execute_wait(self, call: ToolCallRecord) -> ToolResultBlock:
         """`sleep` or `wait_for_event`: a wait in the workflow (a new run takes it up again)."""
@@ -335,17 +374,39 @@ class ToolRunner:
         return content
 
     async def _activity(self, spec: ToolSpec, request: ToolRequest, summary: str) -> ToolOutcome:
-        if spec.server is not None:
-            return await workflow.execute_activity_method(
-                McpActivities.call_mcp_tool, request, **options.call_mcp_tool(spec), summary=summary
-            )
         if _runs_locally(spec):
             return await workflow.execute_local_activity_method(
                 ToolActivities.run_tool, request, **options.run_local_tool(spec), summary=summary
             )
-        return await workflow.execute_activity_method(
-            ToolActivities.run_tool, request, **options.run_tool(spec), summary=summary
-        )
+        if spec.server is not None:
+            handle = workflow.start_activity_method(
+                McpActivities.call_mcp_tool, request, **options.call_mcp_tool(spec), summary=summary
+            )
+        else:
+            handle = workflow.start_activity_method(
+                ToolActivities.run_tool, request, **options.run_tool(spec), summary=summary
+            )
+        self.activities_in_flight += 1  # a stopping session asks their workers to stop them
+        try:
+            if spec.policy != "at_most_once":
+                return await handle
+            return await self._to_its_end(handle)
+        finally:
+            self.activities_in_flight -= 1
+
+    async def _to_its_end(self, handle: ActivityHandle[ToolOutcome]) -> ToolOutcome:
+        """An at-most-once call's activity, never interrupted by a session that stops: the
+        stop waits for its outcome (`EndedWhileStopping`). Recorded before: cancelled."""
+        try:
+            return await RunsToItsEnd(handle, lambda: self.stopping)
+        except asyncio.CancelledError:
+            if handle.done():
+                raise
+        try:
+            outcome: ToolOutcome | ActivityError = await handle
+        except ActivityError as err:
+            outcome = err
+        raise EndedWhileStopping(outcome)
 
     @staticmethod
     def _options(spec: ToolSpec) -> options.ActivityOptions:

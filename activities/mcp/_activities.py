@@ -14,6 +14,7 @@ from activities.attempt_telemetry import tool_call_telemetry
 from activities.heartbeat import Heartbeats
 from activities.mcp import _errors
 from activities.mcp._convert import USABLE_NAME, full_name, input_error, result_text, split_name, to_spec
+from activities.stopping import stoppable
 from activities.tools import finish_outcome
 from activities.transcript import TranscriptStore, open_store
 from activities.wire import ToolOutcome, ToolRequest, ToolSpec
@@ -88,7 +89,9 @@ class McpActivities:
         if problem is not None:
             return problem, True
         assert isinstance(found, ToolSpec)
-        return await self._call(found, request)
+        # A session that stops cancels a retry-safe call here (activities/stopping.py).
+        async with stoppable(found.policy != "at_most_once"):
+            return await self._call(found, request)
 
     async def _call(self, spec: ToolSpec, request: ToolRequest) -> tuple[str, bool]:
         server, tool = split_name(spec.name)

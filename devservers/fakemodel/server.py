@@ -59,8 +59,9 @@ asks for more turns than it scripted fails loudly. With no script at all, a smal
 planner answers (look up the time, save a note, ask to send an email, then answer).
 
 Control endpoints, for tests: `POST /_script {"session", "turns"}`, `POST /_fault`,
-`GET /_requests` (each with the time it arrived, `at`, and when its answer ended, `done`),
-`POST /_reset`.
+`GET /_requests` (each with the time it arrived, `at`, when its answer ended, `done`, and,
+if the client closed the connection before the answer's end, when this server saw it,
+`closed`), `POST /_reset`.
 """
 
 from __future__ import annotations
@@ -564,6 +565,7 @@ class Handler(BaseHTTPRequestHandler):
             self._answer(session, body)
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             # The client gave up (a timeout, a cancelled activity): nothing to answer.
+            entry["closed"] = time.time()
             self.close_connection = True
         finally:
             entry["done"] = time.time()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Annotated
 
 from pydantic import Field
@@ -52,6 +53,29 @@ async def wait_for_cancel(seconds: Annotated[float, Field(ge=0, le=300)], ctx: T
     return "waited"
 
 
+@tool(policy="read_only", timeout=120)
+async def long_read(seconds: Annotated[float, Field(ge=0, le=110)], ctx: ToolContext) -> str:
+    """Read for this long without a heartbeat; writes when it was stopped, if it was."""
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        (data_dir() / f"stopped-{ctx.tool_use_id}").write_text(f"{time.time()} {ctx.cancelled}")
+        raise
+    return "read it all"
+
+
+@tool(policy="read_only", timeout=120)
+def long_scan(seconds: Annotated[float, Field(ge=0, le=110)], ctx: ToolContext) -> str:
+    """Scan for this long in a thread, a step at a time, until `ctx.cancelled` says stop."""
+    began = time.monotonic()
+    while time.monotonic() - began < seconds:
+        if ctx.cancelled:
+            (data_dir() / f"stopped-{ctx.tool_use_id}").write_text(f"{time.time()} True")
+            return "stopped early"
+        time.sleep(0.02)
+    return "scanned it all"
+
+
 @tool(policy="read_only")
 def explode(message: str) -> str:
     """Always fails with the given message."""
@@ -82,6 +106,8 @@ TOOLS = [
     slow_upsert,
     quick_upsert,
     wait_for_cancel,
+    long_read,
+    long_scan,
     explode,
     big_output,
     echo_text,
