@@ -18,7 +18,6 @@ with tools (the API refuses it without).
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import Any, cast
 
@@ -26,27 +25,11 @@ import anthropic
 import httpx2 as httpx
 from temporalio.exceptions import ApplicationError
 
-from activities.model_errors import MODEL_AUTH, IncompleteResponse, SdkErrors, classify, terminal
+from activities.model_errors import MODEL_AUTH, SdkErrors, classify, terminal
+from activities.providers import anthropic_wire
 from activities.providers.base import ModelTurn, OnText, ProviderCall
 from activities.wire import MIN_THINKING_BUDGET, TOOL_CHOICE_WORDS, Message, ModelSettings, StopReason, Usage
 from infra.model_names import takes_adaptive_thinking, takes_only_adaptive_thinking
-
-
-def _streamed_message_class() -> object:
-    """The SDK's stream names `ParsedMessage[ResponseFormatT]` at every call, and pydantic
-    keeps such a class only while something else does: without a reference of this module's,
-    each streamed call built the class again and left it to the garbage collector (some 70
-    objects a call, a few MB between a long-running worker's full collections)."""
-    try:
-        response = importlib.import_module("anthropic.lib._parse._response")
-        parsed = importlib.import_module("anthropic.types.parsed_message")
-        generic: Any = getattr(parsed, "ParsedMessage")  # noqa: B009
-        return cast("object", generic[getattr(response, "ResponseFormatT")])  # noqa: B009
-    except (ImportError, AttributeError, TypeError):  # another version of the SDK: nothing to keep
-        return None
-
-
-_streamed_message = _streamed_message_class()
 
 TIMEOUT_S = 110.0
 CACHE = {"type": "ephemeral"}
@@ -85,34 +68,10 @@ class AnthropicProvider:
         """One Messages API call, streamed when the call asks for it."""
         params = build_params(call)
         if call.stream:
-            final = await self._stream(params, call.headers, on_text, on_thinking)
+            final = await anthropic_wire.stream(self.client(), params, call.headers, on_text, on_thinking)
         else:
-            # No `stream` in params, so the SDK answers with a Message (its overloads
-            # cannot tell from a dict of parameters).
-            final = cast(
-                "anthropic.types.Message",
-                await self.client().messages.create(**params, extra_headers=call.headers),
-            )
+            final = await anthropic_wire.create(self.client(), params, call.headers)
         return to_turn(final)
-
-    async def _stream(
-        self,
-        params: dict[str, Any],
-        headers: dict[str, str],
-        on_text: OnText | None,
-        on_thinking: OnText | None,
-    ) -> anthropic.types.Message:
-        async with self.client().messages.stream(**params, extra_headers=headers) as stream:
-            async for event in stream:
-                if event.type == "text" and on_text is not None:
-                    await on_text(event.text)
-                elif event.type == "thinking" and on_thinking is not None:
-                    await on_thinking(event.thinking)
-            final = await stream.get_final_message()
-        if final.stop_reason is None:
-            # The SDK returns what arrived; without message_stop the answer is partial.
-            raise IncompleteResponse("the stream ended before message_stop")
-        return final
 
     async def count_tokens(self, call: ProviderCall) -> int | None:
         """The prompt's size as the API counts it, or None if it cannot say."""
@@ -192,14 +151,13 @@ def _with_history_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, A
     return [*messages[:-1], {**last, "content": blocks}]
 
 
-def to_turn(final: anthropic.types.Message) -> ModelTurn:
-    """The SDK's message as the project's normalised turn."""
-    content = [block.model_dump(mode="json", exclude_none=True) for block in final.content]
+def to_turn(final: dict[str, Any]) -> ModelTurn:
+    """The Messages API's answer (as JSON) as the project's normalised turn."""
     return ModelTurn(
-        message=Message.model_validate({"role": "assistant", "content": content}),
-        stop_reason=stop_reason(final.stop_reason),
-        usage=usage(final.usage),
-        model=final.model,
+        message=Message.model_validate({"role": "assistant", "content": final.get("content") or []}),
+        stop_reason=stop_reason(final.get("stop_reason")),
+        usage=usage(final.get("usage") or {}),
+        model=str(final.get("model") or ""),
     )
 
 
@@ -207,12 +165,12 @@ def stop_reason(value: str | None) -> StopReason:
     return STOP_REASONS.get(value or "", "other")
 
 
-def usage(value: Any) -> Usage:
+def usage(value: dict[str, Any]) -> Usage:
     return Usage(
-        input_tokens=value.input_tokens or 0,
-        output_tokens=value.output_tokens or 0,
-        cache_creation_input_tokens=getattr(value, "cache_creation_input_tokens", None) or 0,
-        cache_read_input_tokens=getattr(value, "cache_read_input_tokens", None) or 0,
+        input_tokens=value.get("input_tokens") or 0,
+        output_tokens=value.get("output_tokens") or 0,
+        cache_creation_input_tokens=value.get("cache_creation_input_tokens") or 0,
+        cache_read_input_tokens=value.get("cache_read_input_tokens") or 0,
     )
 
 
