@@ -497,14 +497,17 @@ def worker_runtime(heartbeat: timedelta) -> Runtime:
     return Runtime(telemetry=TelemetryConfig(), worker_heartbeat_interval=heartbeat)
 
 
-async def failover_watch(client: Client, worker: Worker, heartbeat: timedelta) -> FailoverWatch | None:
-    """The failover watch of this worker's task queues, or None (said in one line) if the
-    server cannot list workers."""
+async def failover_watch(
+    client: Client, worker: Worker, heartbeat: timedelta, queue: str | None = None
+) -> FailoverWatch | None:
+    """The failover watch of this worker's task queues (`queue`, default `TEMPORAL_TASK_QUEUE`,
+    and its model calls' queue), or None (said in one line) if the server cannot list workers."""
     from infra.connection import task_queue
     from infra.failover import FailoverWatch
     from workflows.options import model_task_queue
 
-    queues = (task_queue(), model_task_queue(task_queue()))
+    queue = queue or task_queue()
+    queues = (queue, model_task_queue(queue))
     watch = FailoverWatch(client, queues, worker.config().get("identity") or client.identity, heartbeat)
     if (why := await watch.unsupported()) is not None:
         logging.warning("the server lists no workers (%s): running without the failover watch", why)

@@ -19,23 +19,25 @@ from bench.procs import Child, cpu_seconds
 LABELS = {
     "plain": "plain loop (no durability)",
     "floor": "Temporal floor",
-    "project": "this project (regular activities)",
-    "project-local": "this project (tool as local activity)",
+    "project": "this project (its defaults: the tool a local activity)",
+    "project-regular": "this project (the tool a regular activity, local=False)",
     "pydantic-ai": "Pydantic AI TemporalAgent",
 }
 SHORT = {
     "plain": "plain",
     "floor": "floor",
     "project": "project",
-    "project-local": "project-local",
+    "project-regular": "project-regular",
     "pydantic-ai": "pydantic-ai",
 }
-CORE = ["plain", "floor", "project", "project-local"]
+CORE = ["plain", "floor", "project", "project-regular"]
 OPTIONAL = ["pydantic-ai"]
 # How each contender runs: as its user runs it, with its own defaults. This project's
-# worker is `worker.build_worker` with no flags (its 1 s sticky-queue timeout included,
-# for quick failover after a kill -9), and its sessions start as `client.py start` starts
-# them, streaming on; the floor's and Pydantic AI's workers have the SDK's default options
+# worker runs as `python worker.py` does (bench/bench_worker.py: `worker.build_worker` with
+# no flags, its 1 s sticky-queue timeout for quick failover after a kill -9, the worker
+# heartbeat and the failover watch), its tool declared with the defaults (read-only and
+# short: a local activity), and its sessions start as `client.py start` starts them,
+# streaming on; `project-regular` is the same with the tool declared `local=False`; the floor's and Pydantic AI's workers have the SDK's default options
 # (a 10 s sticky-queue timeout). The plain loop calls `messages.create`, unstreamed. Pydantic
 # AI's `AnthropicModel` streams too, without an event stream handler: it leaves `max_tokens`
 # at the model's maximum output, above the `anthropic` SDK's non-streaming limit, and then
@@ -351,7 +353,7 @@ async def _make(key: str, address: str, fake_url: str, env: dict[str, str], log:
         return PlainContender(key, child, queue)
     if key == "floor":
         return FloorContender(key, child, queue, await Client.connect(address))
-    if key in ("project", "project-local"):
+    if key in ("project", "project-regular"):
         from infra.connection import connect
 
         return ProjectContender(key, child, queue, await connect(target_host=address))

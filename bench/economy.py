@@ -3,14 +3,15 @@ history, when the model writes at a real model's pace.
 
 Each session makes `economy_calls` model calls; each turn writes `economy_words` words at
 `economy_pace_s` seconds a word (about 6 s for 120 words at 50 ms), and each but the last
-asks for one regular tool call (`lookup`); the last answers. A step is one model call and
+asks for one tool call (`lookup`, read-only); the last answers. A step is one model call and
 the tool call it asks for. The rows:
 
 - `floor`: one activity per model call (a plain request to the same model server, at the
   same pace, no streaming, no heartbeat) and one per tool call (bench/floor.py);
-- `project`, `project-local`: this project as a user runs it: the worker with its own
-  defaults (bench/bench_worker.py without flags), the session started as `client.py start`
-  starts it (streaming on, search attributes on), the tool a regular or a local activity;
+- `project`, `project-regular`: this project as a user runs it: the worker as `python
+  worker.py` runs it (bench/bench_worker.py without flags: the failover watch on), the
+  session started as `client.py start` starts it (streaming on, search attributes on), the
+  tool declared with the defaults (a local activity) or with `local=False` (a regular one);
 - `project-watched`: `project`, each session followed from its start by
   `economy_watchers` `client.py watch ID --json` processes;
 - `project-instant`: `project` with the same steps answered at once and without text: the
@@ -65,12 +66,12 @@ class Row:
 
 ROWS = [
     Row("floor", "floor", "Temporal floor: one activity per model call and per tool call"),
-    Row("project", "project", "this project, tool as a regular activity"),
-    Row("project-local", "project-local", "this project, tool as a local activity"),
+    Row("project", "project", "this project, its defaults (the tool a local activity)"),
+    Row("project-regular", "project-regular", "this project, the tool a regular activity (`local=False`)"),
     Row(
         "project-watched",
         "project",
-        "this project, regular tool, followed by `watch --json` processes",
+        "this project, its defaults, followed by `watch --json` processes",
         watched=True,
     ),
     Row(
@@ -86,7 +87,7 @@ ROWS = [
 BY_CONTENDER = {
     "floor": ["floor"],
     "project": ["project", "project-watched", "project-instant"],
-    "project-local": ["project-local"],
+    "project-regular": ["project-regular"],
     "pydantic-ai": ["pydantic-ai", "pydantic-ai-stream"],
 }
 HEARTBEATS = ("requests:RecordActivityTaskHeartbeat", "requests:RecordActivityTaskHeartbeatById")

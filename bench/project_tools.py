@@ -1,4 +1,5 @@
-"""The benchmark tool as this project declares it: a regular activity, or a local one.
+"""The benchmark tool as this project declares it: with the defaults (read-only and short,
+so a local activity), or kept a regular activity with `local=False`.
 
 With `BENCH_TOOL_LOG` set (the scale scenario), each call appends the time it returns and
 its query (which names the session and the step) to that file: the start of the
@@ -25,5 +26,5 @@ def lookup(query: str, size: int = SMALL_OUTPUT) -> str:
     return text
 
 
-REGULAR = [tool(policy="read_only", name="lookup")(lookup)]
-LOCAL = [tool(policy="read_only", local=True, name="lookup")(lookup)]
+DEFAULT = [tool(policy="read_only", name="lookup")(lookup)]
+REGULAR = [tool(policy="read_only", local=False, name="lookup")(lookup)]

@@ -11,6 +11,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench import gaps
 from bench.common import spread
 from bench.contenders import LABELS
 from bench.scenarios import Config, Results
@@ -266,8 +267,8 @@ def economy_goals(results: Results, cfg: Config) -> list[str]:
                      f"{ratio[0]:.2f} | {_verdict(ratio, 1.3, True)} |")  # fmt: skip
         if watched and project["total"] and watched["total"]:
             added = [_median(watched["total"]) - _median(project["total"])]
-            L.append(f"| watching ({cfg.economy_watchers} `watch --json` followers) costs at most 2 more actions a "
-                     f"step | {_fmt(added[0])} | {_verdict(added, 2, True)} |")  # fmt: skip
+            L.append(f"| watching ({cfg.economy_watchers} `watch --json` followers) adds no action a step | "
+                     f"{_fmt(added[0])} | {_verdict(added, 0, True)} |")  # fmt: skip
     return L
 
 
@@ -307,11 +308,12 @@ def economy_section(results: Results, cfg: Config, meta: dict[str, Any], separat
     L.append(
         f"Sessions of {cfg.economy_calls} model calls; each turn writes {cfg.economy_words} words at "
         f"{cfg.economy_pace_s * 1000:g} ms a word (about {turn_s:g} s, streamed to whoever streams, the same time "
-        "to whoever does not), and each but the last asks for one regular tool call (`lookup`); a step is one "
+        "to whoever does not), and each but the last asks for one tool call (`lookup`, read-only); a step is one "
         "model call and the tool call it asks for, and every figure below is per step. "
         f"{cfg.economy_reps} session{'s' if cfg.economy_reps != 1 else ''} per row, one at a time, each row's in turn (bench/economy.py). This "
-        "project runs as a user runs it: its worker with its own defaults (the 1 s sticky timeout included), "
-        "sessions started as `client.py start` starts them, streaming on.")  # fmt: skip
+        "project runs as a user runs it: its worker as `python worker.py` runs it (its own defaults, the 1 s "
+        "sticky timeout and the failover watch included), sessions started as `client.py start` starts them, "
+        "streaming on.")  # fmt: skip
     L.append("")
     L.append(
         "Actions are Temporal Cloud's billable actions (docs: \"Temporal Cloud Actions\"), counted by "
@@ -451,8 +453,10 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
             "plain": "an in-process asyncio loop: the `anthropic` client, the tool called directly, no durability",
             "floor": "a workflow running one no-op activity per model call and one per tool call (the tool one "
                      "returns the tool's output), nothing else: the least a Temporal loop costs",
-            "project": "`AgentWorkflow` with the tool as a regular activity (`@tool(policy=\"read_only\")`)",
-            "project-local": "`AgentWorkflow` with the tool as a local activity (`@tool(policy=\"read_only\", local=True)`)",
+            "project": "`AgentWorkflow` with its defaults: the tool declared `@tool(policy=\"read_only\")`, which "
+                       "makes it a local activity (read-only, no approval, the default 10 s timeout)",
+            "project-regular": "`AgentWorkflow` with the tool kept a regular activity "
+                               "(`@tool(policy=\"read_only\", local=False)`), for comparison",
             "pydantic-ai": "Pydantic AI's `TemporalAgent` (`pydantic-ai-slim[anthropic,temporal]`), its "
                            "`AnthropicModel` on the same fake server; the tool is its default tool activity",
         }  # fmt: skip
@@ -470,11 +474,14 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
             "disk writes and all Temporal contenders slow down alike, about 4 times here) with "
             f"{_server_words(meta)}. Each runs as its user runs it, with its own defaults"
             + (", but for what is said of this project below. " if flags or meta.get("no_stream") else ". ")
-            + (f"This project's worker is `worker.build_worker` with `{flags}` (the harness's `--project-flags`; "
-               "not its defaults), its workflow outside Temporal's sandbox; "
+            + (f"This project's worker runs as `python worker.py {flags}` runs it (the harness's "
+               "`--project-flags`; not its defaults), with the worker heartbeat and the failover watch, its workflow "
+               "outside Temporal's sandbox; "
                if flags else
-               "This project's worker is `worker.build_worker` with its own defaults (the 1 s sticky-queue "
-               "timeout included), its workflow outside Temporal's sandbox; ")
+               "This project's worker runs as `python worker.py` runs it: `worker.build_worker` with its own "
+               "defaults (the 1 s sticky-queue timeout included), the SDK's worker heartbeat every second and the "
+               "failover watch beside it (listing the task queue's workers twice a second), its workflow outside "
+               "Temporal's sandbox; ")
             + "its sessions start as `client.py start` starts them (search attributes on, the summary and details "
             + ("it sets), but with `stream=False` (the harness's `--no-stream`, which no CLI or HTTP API setting "
                "offers: every session a user starts streams), so that no contender streams. "
@@ -515,7 +522,7 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
         thr = results.many.get("steps_per_s", {})
         cpu = results.many.get("cpu_ms", {})
         if "pydantic-ai" in keys and results.single:
-            for variant in ("project", "project-local"):
+            for variant in ("project", "project-regular"):
                 r = goal_ratio(single_over, variant, "pydantic-ai")
                 add(f"| per-step overhead over the plain loop ≤ 0.5 × Pydantic AI's ({variant}) | {_ratio_cell(r)} | "
                     f"{_verdict(r, 0.5, True)} |")  # fmt: skip
@@ -524,18 +531,18 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
             add(
                 f"| per-step time ≤ 1.2 × the floor (project) | {_ratio_cell(r)} | {_verdict(r, 1.2, True)} |"
             )
-            r = goal_ratio(single_med, "project-local", "floor")
+            r = goal_ratio(single_med, "project-regular", "floor")
             if r:
-                add(f"| (the same, project-local) | {_ratio_cell(r)} | {_verdict(r, 1.2, True)} |")
+                add(f"| (the same, project-regular) | {_ratio_cell(r)} | {_verdict(r, 1.2, True)} |")
         if "pydantic-ai" in keys and results.many:
-            for variant in ("project", "project-local"):
+            for variant in ("project", "project-regular"):
                 r = goal_ratio(thr, variant, "pydantic-ai")
                 add(f"| {cfg.many_sessions}-session throughput ≥ 2 × Pydantic AI's ({variant}) | {_ratio_cell(r)} | "
                     f"{_verdict(r, 2.0, False)} |")  # fmt: skip
             r = goal_ratio(thr, "floor", "pydantic-ai")
             if r:
                 add(f"| (the floor's throughput over Pydantic AI's, for reference) | {_ratio_cell(r)} | |")
-            for variant in ("project", "project-local"):
+            for variant in ("project", "project-regular"):
                 r = goal_ratio(cpu, variant, "pydantic-ai")
                 add(f"| worker + server CPU per step ≤ 0.6 × Pydantic AI's, {cfg.many_sessions} sessions ({variant}) | "
                     f"{_ratio_cell(r)} | {_verdict(r, 0.6, True)} |")  # fmt: skip
@@ -549,7 +556,7 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
             add(f"| p99 orchestration gap under that load ≤ 3 × its p50 | p50 {_fmt(sc['gap_p50_ms'])} ms, "
                 f"p99 {_fmt(sc['gap_p99_ms'])} ms: {ratio:.2f} | {verdict} |")  # fmt: skip
         lo_n, hi_n = min(cfg.history_steps), max(cfg.history_steps)
-        for key in ("project", "project-local"):
+        for key in ("project", "project-regular"):
             found = results.history.get(key, {})
             if found.get(lo_n, {}).get("json") and found.get(hi_n, {}).get("json"):
                 growth = (found[hi_n]["json"] / hi_n) / (found[lo_n]["json"] / lo_n)
@@ -562,6 +569,9 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
                 "same repetition. \"Flat\" means the bytes recorded per step do not grow with the session's length "
                 "(a ratio within 1.15).")  # fmt: skip
             add("")
+
+    if main:
+        L.extend(gaps.section(results, cfg, keys))
 
     # single
     if results.single:
@@ -689,6 +699,7 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
     add(".venv/bin/python -m bench             # about 25 minutes on 2 cores; writes this page and the plot")
     add(".venv/bin/python -m bench --quick     # a small smoke run")
     add(".venv/bin/python -m bench --scenarios economy   # the economy scenario alone (about 13 minutes)")
+    add(".venv/bin/python -m bench.profile         # where this project's worker spends its time (py-spy)")
     add("```")
     add("")
     add("`pydantic-ai-slim[anthropic,temporal]` installs alongside this project's pinned temporalio, anthropic "

@@ -30,7 +30,7 @@ def test_quick_benchmark_writes_the_report(tmp_path: Path):
     out = tmp_path / "docs"
     run = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(out),
-         "--only", "plain,floor,project,project-local", "--scenarios", "single,many,history"],
+         "--only", "plain,floor,project,project-regular", "--scenarios", "single,many,history"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -39,14 +39,14 @@ def test_quick_benchmark_writes_the_report(tmp_path: Path):
                     "## The same work on a server with Temporal's default settings"):  # fmt: skip
         assert heading in page
     assert "CPU per step, milliseconds" in page
-    for key in ("plain", "floor", "project", "project-local"):
+    for key in ("plain", "floor", "project", "project-regular"):
         assert f"| {key} |" in page
     assert "pydantic-ai |" not in page
     # This project runs as a user runs it: every model request streamed (the fake server's
     # log says so), with the worker's own defaults; the plain loop's requests do not stream.
     section = page.split("## Contenders")[1].split("\n## ")[0]
     contenders = {line.split("**")[1]: line for line in section.splitlines() if line.startswith("- **")}
-    for key in ("project", "project-local"):
+    for key in ("project", "project-regular"):
         assert contenders[key].endswith("every one streamed."), contenders[key]
     assert contenders["plain"].endswith("none streamed."), contenders["plain"]
     assert "with its own defaults (the 1 s sticky-queue timeout included)" in page
@@ -75,14 +75,14 @@ def test_quick_economy_writes_its_table(tmp_path: Path):
     out = tmp_path / "docs"
     run = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(out),
-         "--only", "floor,project,project-local", "--scenarios", "economy"],
+         "--only", "floor,project,project-regular", "--scenarios", "economy"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     page = (out / "benchmarks.md").read_text()
     assert "## One session" not in page and "## Contenders" not in page  # only what ran
     section = page.split("## Economy")[1].split("\n## ")[0]
-    for key in ("floor", "project", "project-local", "project-watched", "project-instant"):
+    for key in ("floor", "project", "project-regular", "project-watched", "project-instant"):
         assert f"| {key} |" in section
     # 3 model calls, 2 tool calls: 1 start and 5 activities, nothing else, in history and
     # in the server's own counter alike.
