@@ -39,14 +39,16 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
     args = parser.parse_args()
     # The web framework and Temporal's SDK load after the arguments: --help answers at once.
+    from infra.notify import allowed_prefixes
     from service.auth import load_users, local_user
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     users_file = os.environ.get("AGENT_API_USERS")
     try:
         extras.check_settings()
+        allowed_prefixes()  # a malformed AGENT_NOTIFY_ALLOW stops the service here, not a start later
         users = load_users(Path(users_file)) if users_file else None
-    except AgentError as err:
+    except (AgentError, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     host = args.host
