@@ -16,7 +16,7 @@ from temporalio.client import Client
 
 from infra.connection import connect
 from service import a2a, http_errors, mcp_tools, pages, routes, sse
-from service.auth import Users, current_user
+from service.auth import Cookies, Users, current_user
 from service.feeds import Feeds
 from service.ownership import Owners
 from service.steering import Sessions
@@ -27,8 +27,9 @@ Send `Authorization: Bearer TOKEN`; in a browser, open `/?token=TOKEN` once. Err
 `{"error": {"type", "message"}}`."""
 
 
-def create_app(users: Users, client: Client | None = None) -> FastAPI:
-    """The app; it connects to Temporal at startup unless given a client."""
+def create_app(users: Users, client: Client | None = None, cookies: Cookies | None = None) -> FastAPI:
+    """The app; it connects to Temporal at startup unless given a client, and signs the
+    page's cookies with `cookies` (default: `AGENT_COOKIE_SECRET` or the data directory's key)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -49,6 +50,7 @@ def create_app(users: Users, client: Client | None = None) -> FastAPI:
         lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
     )  # fmt: skip
     app.state.users = users
+    app.state.cookies = cookies or Cookies.from_env()
     http_errors.install(app)
     app.add_middleware(http_errors.BodyLimit)
     for module in (pages, routes, sse):
