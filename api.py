@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from infra import extras
 from infra.arguments import positive_float
-from infra.errors import AgentError, ConfigError
+from infra.errors import AgentError
 
 if TYPE_CHECKING:
     from service.auth import Cookies, Users
@@ -54,7 +54,7 @@ def main() -> int:
         allowed_prefixes()  # a malformed AGENT_NOTIFY_ALLOW stops the service here, not a start later
         users = load_users(Path(users_file)) if users_file else None
         cookies = Cookies.from_env(args.cookie_hours)
-    except (AgentError, ConfigError) as err:
+    except AgentError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     host = args.host
@@ -66,7 +66,7 @@ def main() -> int:
         print(f"open http://{LOCAL}:{args.port}/?token={token}", flush=True)
     try:
         asyncio.run(serve(users, cookies, host, args.port))
-    except (AgentError, ConfigError) as err:  # Temporal unreachable, a setting that cannot work
+    except AgentError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0

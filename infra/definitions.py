@@ -16,7 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from activities.wire import ToolPolicy
+from infra.errors import ConfigError
+from infra.policy import ToolPolicy
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ApprovalRule = Literal["always", "never", "tool"]
@@ -24,7 +25,7 @@ NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,47}$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 
 
-class DefinitionError(ValueError):
+class DefinitionError(ConfigError):
     """The definitions file cannot be used; the text names the file and the field."""
 
 

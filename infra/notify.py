@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from infra.errors import ConfigError
+from infra.errors import BadRequest, ConfigError
 
 ALLOW_ENV = "AGENT_NOTIFY_ALLOW"
 SECRET_ENV = "AGENT_WEBHOOK_SECRET"
@@ -34,9 +34,11 @@ MAX_URL_LENGTH = 2000
 DEFAULT_PORTS = {"http": 80, "https": 443}
 # What a server may decode into a path's structure: dots, slashes and backslashes.
 ENCODED_STRUCTURE = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
+# The receiver refused the notification (a 4xx other than 408, 425, 429): not retried.
+NOTIFY_REFUSED = "NotificationRefused"
 
 
-class NotifyRefused(ValueError):
+class NotifyRefused(BadRequest):
     """A notification URL that may not be used; the text is one line."""
 
 

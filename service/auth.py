@@ -26,7 +26,7 @@ from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBea
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from infra.datadir import secret_key
-from infra.errors import AgentError
+from infra.errors import AgentError, ConfigError
 
 COOKIE = "agent_session"
 COOKIE_SECRET_ENV = "AGENT_COOKIE_SECRET"
@@ -36,7 +36,7 @@ OPERATOR = "operator"
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
-class UsersFileError(AgentError):
+class UsersFileError(ConfigError):
     """The users file cannot be read or breaks its schema; one line naming file and field."""
 
 

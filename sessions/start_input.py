@@ -38,7 +38,7 @@ from infra.definitions import (
     definitions_path,
     load_definitions,
 )
-from infra.errors import BadRequest, ConfigError
+from infra.errors import BadRequest
 from infra.model_names import DEFAULT_PROVIDER, refuses_sampling, refuses_temperature_with_top_p, split_prefix
 from infra.notify import NotifyRefused, allowed_prefixes, check_targets
 from sessions.pricing import PRICES, price_for
@@ -114,7 +114,7 @@ def resolve(
         resolved = resolved.model_copy(update={"attachments": attach(resolved.model, attachments)})
     try:
         targets = check_targets(resolved.notify, allowed_prefixes())
-    except (NotifyRefused, ConfigError) as err:
+    except NotifyRefused as err:
         raise BadRequest(str(err)) from None
     return resolved.model_copy(update={"notify": targets})
 
