@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from infra.datadir import secret_key
 from infra.errors import AgentError, ConfigError
+from workflows.contract import TIMED_OUT
 
 COOKIE = "agent_session"
 COOKIE_SECRET_ENV = "AGENT_COOKIE_SECRET"
@@ -72,6 +73,10 @@ class UsersFile(BaseModel):
         for name in self.users:
             if not name or len(name) > 64 or not all(c.isalnum() or c in "._-@" for c in name):
                 raise ValueError(f"user name {name!r}: use letters, digits and . _ - @ (at most 64)")
+            if name == TIMED_OUT:  # a session's own decider, for a call no one decided in time
+                raise ValueError(
+                    f"user name {name!r} is reserved: a session records it for a call no one decided"
+                )
         return self
 
 
