@@ -70,7 +70,12 @@ async def test_approve_with_an_edited_input(harness: Harness):
     assert "a person edited the input" in text and "boss@example.com" in text
 
     code, out, _ = await run_cli(harness, "history", handle.id)
-    assert code == 0 and "edited before approval" in out and "boss@example.com" in out and f"by {control.cli_user()} for alice" in out
+    assert (
+        code == 0
+        and "edited before approval" in out
+        and "boss@example.com" in out
+        and f"by {control.cli_user()} for alice" in out
+    )
     code, out, _ = await run_cli(harness, "history", handle.id, "--json")
     document = json.loads(out)
     assert document["tool_calls"][0]["input"]["to"] == "team@example.com"
