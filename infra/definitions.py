@@ -155,6 +155,8 @@ def load_definitions(path: Path | None = None) -> Definitions:
         return Definitions()
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise DefinitionError(f"{path}: {err}") from None
+    except UnicodeDecodeError as err:
+        raise DefinitionError(f"{path}: not UTF-8 text (byte {err.start}): save it as UTF-8") from None
     try:
         return Definitions.model_validate(raw)
     except ValidationError as err:

@@ -153,6 +153,10 @@ def load_users(path: Path) -> Users:
         raise UsersFileError(f"users file {path}: {err.strerror}") from None
     except tomllib.TOMLDecodeError as err:
         raise UsersFileError(f"users file {path}: not TOML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise UsersFileError(
+            f"users file {path}: not UTF-8 text (byte {err.start}): save it as UTF-8"
+        ) from None
     try:
         parsed = UsersFile.model_validate(raw)
     except ValidationError as err:
