@@ -68,10 +68,10 @@ import os
 import signal
 import sys
 from datetime import timedelta
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from infra import extras, memory, otel
-from infra.arguments import positive_float, positive_int
+from infra.arguments import OneLineParser, listen_address, non_negative_float, positive_float, positive_int
 from infra.errors import AgentError, ConfigError
 
 if TYPE_CHECKING:
@@ -352,18 +352,12 @@ def check_definitions(definitions: Definitions, tools: list[Tool]) -> None:
             )
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        """A bad flag or value: one line, argparse's exit code."""
-        self.exit(2, f"error: {message} (see: {self.prog} --help)\n")
-
-
 def parse_args() -> argparse.Namespace:
-    parser = _Parser(prog="python worker.py", description=(__doc__ or "").partition("\n")[0])
+    parser = OneLineParser(prog="python worker.py", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--tools", default=DEFAULT_TOOLS, help="module:NAME of a list of tools")
     parser.add_argument("--sandbox", action="store_true", help="run the workflow in Temporal's sandbox")
     parser.add_argument(
-        "--metrics-port", metavar="[HOST:]PORT", type=otel.parse_listen,
+        "--metrics-port", metavar="[HOST:]PORT", type=listen_address,
         help="serve Prometheus metrics (ours and the Temporal SDK's) on this port (host default 127.0.0.1)",
     )  # fmt: skip
     parser.add_argument("--deployment", help="Worker Deployment name (with --build-id): a versioned worker")
@@ -386,7 +380,7 @@ def parse_args() -> argparse.Namespace:
              "its own timeout, or with --heartbeat-timeout",
     )  # fmt: skip
     parser.add_argument(
-        "--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS,
+        "--drain-seconds", type=non_negative_float, default=DEFAULT_DRAIN_SECONDS,
         help="on SIGTERM, seconds running model calls and tools get to finish (default: %(default)g)",
     )  # fmt: skip
     parser.add_argument(

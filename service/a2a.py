@@ -104,7 +104,7 @@ from service.auth import User, Users, bearer_user
 from service.http_errors import error_response
 from service.schemas import START_CHOICES
 from service.steering import Sessions
-from sessions import control, start_input
+from sessions import control
 from sessions.text import shorten
 from workflows.agent import AgentWorkflow
 from workflows.contract import SessionHistory, SessionStatus
@@ -601,14 +601,9 @@ def _attachments(files: list[Part]) -> list[dict[str, str]]:
 # ---- the card and the routes -------------------------------------------------------------
 
 
-def agent_card(base_url: str) -> AgentCard:
-    """The card: one skill per agent definition, the bearer scheme, streaming, and the
-    JSON-RPC endpoint at A2A 1.0 and 0.3."""
-    url = base_url.rstrip("/") + PATH
-    try:
-        agents = start_input.describe(start_input.read_definitions())
-    except BadRequest:
-        agents = []
+def agent_card(agents: list[dict[str, Any]]) -> AgentCard:
+    """The card: one skill per agent definition (`start_input.describe`'s), the bearer
+    scheme, streaming, and the JSON-RPC endpoint at A2A 1.0 and 0.3 (its URL `at_url` sets)."""
     skills = [
         AgentSkill(
             id=a["name"], name=a["name"], tags=["agent", *(["default"] if a["default"] else [])],
@@ -626,8 +621,8 @@ def agent_card(base_url: str) -> AgentCard:
         ),
         version="1",
         supported_interfaces=[
-            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_1_0),
-            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_0_3),
+            AgentInterface(url=PATH, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_1_0),
+            AgentInterface(url=PATH, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_0_3),
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False, extended_agent_card=False),
         security_schemes={
@@ -644,8 +639,24 @@ def agent_card(base_url: str) -> AgentCard:
     )
 
 
-def install(app: FastAPI, users: Users, sessions_of: Callable[[], Sessions]) -> None:
-    """The card (public) and the JSON-RPC endpoint (bearer token) on the API's app."""
+def at_url(card: dict[str, Any], base_url: str) -> dict[str, Any]:
+    """The card (as JSON) with its endpoint at `base_url` (where the caller reached the service)."""
+    url = base_url.rstrip("/") + PATH
+    interfaces = [{**i, "url": url} for i in card["supportedInterfaces"]]
+    return {
+        **card,
+        "supportedInterfaces": interfaces,
+        **({"url": url} if "url" in card else {}),
+    }  # `url`: 0.3's
+
+
+def install(
+    app: FastAPI, users: Users, sessions_of: Callable[[], Sessions], agents: list[dict[str, Any]]
+) -> None:
+    """The card (public) and the JSON-RPC endpoint (bearer token) on the API's app. The card
+    is made here, once, from `agents` (the definitions read when the service started): a
+    request reads no file and the card cannot fail."""
+    card_json = agent_card_to_dict(agent_card(agents))
     dispatcher = JsonRpcDispatcher(
         SessionTasks(sessions_of), context_builder=CallContext(), enable_v0_3_compat=True
     )
@@ -658,7 +669,7 @@ def install(app: FastAPI, users: Users, sessions_of: Callable[[], Sessions]) -> 
         return await dispatcher.handle_requests(request)
 
     async def card(request: Request) -> Response:
-        return JSONResponse(agent_card_to_dict(agent_card(str(request.base_url))))
+        return JSONResponse(at_url(card_json, str(request.base_url)))
 
     app.router.routes.append(Route(PATH, rpc, methods=["POST"]))
     app.router.routes.append(Route(AGENT_CARD_WELL_KNOWN_PATH, card, methods=["GET"]))

@@ -48,12 +48,13 @@ class ApiProcess:
     log_file: Path
     env: dict[str, str]
     port: int
+    args: list[str]
 
     def restart(self) -> ApiProcess:
         """Stop this process and start another on the same port (the page's cookie stays
         valid). This object then holds the new process, so whoever stops it ends that one."""
         self.stop()
-        self.process = start_api(self.env, self.log_file, self.port).process
+        self.process = start_api(self.env, self.log_file, self.port, self.args).process
         return self
 
     def stop(self) -> None:
@@ -86,15 +87,17 @@ def api_env(address: str, task_queue: str, data_dir: Path, users_file: Path | No
     return env
 
 
-def start_api(env: dict[str, str], log_file: Path, port: int | None = None) -> ApiProcess:
-    """Start `python api.py` and wait until /healthz answers."""
+def start_api(
+    env: dict[str, str], log_file: Path, port: int | None = None, args: list[str] | None = None
+) -> ApiProcess:
+    """Start `python api.py` (`args`: more of its flags) and wait until /healthz answers."""
     port = port or free_port()
     with open(log_file, "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "api.py", "--port", str(port)], cwd=ROOT, env=env,
+            [sys.executable, "api.py", "--port", str(port), *(args or [])], cwd=ROOT, env=env,
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
-    server = ApiProcess(process, f"http://127.0.0.1:{port}", log_file, env, port)
+    server = ApiProcess(process, f"http://127.0.0.1:{port}", log_file, env, port, list(args or []))
     deadline = time.monotonic() + 30
     while True:
         if process.poll() is not None:
@@ -158,10 +161,18 @@ async def collect_events(
 
 @asynccontextmanager
 async def serve_api(
-    client: Client, address: str, fake_model: Any, data_dir: Path, folder: Path
+    client: Client,
+    address: str,
+    fake_model: Any,
+    data_dir: Path,
+    folder: Path,
+    *,
+    env: dict[str, str] | None = None,
+    args: list[str] | None = None,
 ) -> AsyncIterator[ApiProcess]:
     """A worker on a fresh task queue and `python api.py` starting sessions on it, for
-    alice, bob and olga (operator)."""
+    alice, bob and olga (operator); `env` is added to the API's environment, `args` to
+    its command line."""
     from tests.conftest import model_activities
     from tests.support.tools import TOOLS
     from worker import build_worker
@@ -171,7 +182,9 @@ async def serve_api(
     queue = f"api-{uuid.uuid4().hex[:8]}"
     worker = build_worker(client, TOOLS, queue=queue, model=model_activities(fake_model, data_dir))
     async with worker:
-        server = start_api(api_env(address, queue, data_dir, users), folder / "api.log")
+        server = start_api(
+            {**api_env(address, queue, data_dir, users), **(env or {})}, folder / "api.log", args=args
+        )
         try:
             yield server
         finally:
