@@ -16,11 +16,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.converter import PayloadConverter
 
+from activities.live_server import cancel_headers, cancel_path, live_url
 from infra.datadir import read_effects
+from infra.live_auth import LiveKey, bearer, follower_key
 from tests.conftest import Harness, answer, tool_use
 from tests.support.procs import wait_until
 from tests.support.reliability import record
@@ -158,3 +161,38 @@ async def test_a_session_nobody_stops_asks_nothing(harness: Harness):
     events = await _events(handle)
     assert "stop the calls in flight" not in _summaries(events)
     assert "stop-calls" not in _patches(events) and _patches(events), _patches(events)
+
+
+async def test_stopping_a_call_needs_a_credential_for_its_session_and_the_servers_host(harness: Harness):
+    handle = await harness.start([_stream_of_30_s()])
+    [request] = await wait_until(lambda: harness.requests(handle.id), timeout=30, what="the model request")
+
+    async def running_call() -> tuple[str, str] | None:
+        described = await handle.describe()
+        for pending in described.raw_description.pending_activities:
+            if pending.activity_type.name == "call_model" and (url := live_url(pending.last_worker_identity)):
+                return url, pending.activity_id
+        return None
+
+    url, activity_id = await wait_until(running_call, timeout=30, what="the model call on a live worker")
+    path = url + cancel_path(handle.id, activity_id)
+    key = follower_key()
+    async with httpx.AsyncClient(timeout=10) as http:
+        refused = [
+            (await http.post(path)).status_code,  # no credential
+            (await http.post(path, headers=bearer(key.mint("another-session")))).status_code,
+            (await http.post(path, headers=bearer(LiveKey(b"another key").mint(handle.id)))).status_code,
+            (
+                await http.post(path, headers={**bearer(key.mint(handle.id)), "Host": "evil.example"})
+            ).status_code,
+        ]
+        assert refused == [401, 401, 401, 421]
+        assert request.get("closed") is None, "a refused request stopped the call"
+        other = await http.post(url + cancel_path(handle.id, "999"), headers=cancel_headers(handle.id))
+        assert other.status_code == 404
+        stopped = await http.post(path, headers=cancel_headers(handle.id))
+        assert stopped.status_code == 200 and stopped.json() == {"stopped": True}
+    await wait_until(
+        lambda: request.get("closed"), timeout=STOPPED_WITHIN_S, what="the model's connection closed"
+    )
+    await handle.terminate("test over")
