@@ -45,6 +45,7 @@ def main() -> int:
     args = parser.parse_args()
     # The web framework and Temporal's SDK load after the arguments: --help answers at once.
     from infra.definitions import load_definitions
+    from infra.live_auth import follower_key
     from infra.notify import allowed_prefixes
     from service.auth import Cookies, load_users, local_user
 
@@ -56,6 +57,7 @@ def main() -> int:
         users = load_users(Path(users_file)) if users_file else None
         cookies = Cookies.from_env(args.cookie_hours)
         definitions = load_definitions()  # the A2A card is made from them, once
+        follower_key()  # the live text's key: the service follows sessions' streamed text
     except AgentError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -422,6 +422,7 @@ async def main() -> None:
     from activities.providers import import_sdks
     from infra.connection import connect, task_queue
     from infra.definitions import load_definitions
+    from infra.live_auth import follower_key
 
     tools = load_tools(args.tools)
     workflow = load_workflow(args.workflow) if args.workflow else None
@@ -432,6 +433,8 @@ async def main() -> None:
         definitions = load_definitions()
         check_definitions(definitions, tools)
         notify = NotifyActivities.from_env()
+        if not args.no_live:
+            follower_key()  # the live text's key (AGENT_LIVE_SECRET or the data directory's), before connecting
         versioning = deployment_config(args.deployment, args.build_id)
         rate = model_calls_per_second(args.model_calls_per_second)
         metrics = otel.metrics(args.metrics_port, worker_heartbeat=args.worker_heartbeat)

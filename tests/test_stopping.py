@@ -83,7 +83,7 @@ async def test_a_cancel_closes_the_model_request_at_once_without_heartbeats(harn
     heartbeats, _ = await counters.since()
     assert heartbeats == 0
     events = await _events(handle)
-    assert "stop the calls in flight" in _summaries(events)
+    assert "stop the calls in flight" in _summaries(events) and "stop-calls" in _patches(events)
     assert result.temporal_actions == (await counted(harness.client, handle.id)).total
     record(
         AREA,
@@ -160,7 +160,7 @@ async def test_a_session_nobody_stops_asks_nothing(harness: Harness):
     assert result.status == "completed"
     events = await _events(handle)
     assert "stop the calls in flight" not in _summaries(events)
-    assert "stop-calls" not in _patches(events) and _patches(events), _patches(events)
+    assert "stop-calls" not in _patches(events), _patches(events)
 
 
 async def test_stopping_a_call_needs_a_credential_for_its_session_and_the_servers_host(harness: Harness):

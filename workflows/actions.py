@@ -60,7 +60,7 @@ def signalled(
     try:
         if None in payload:
             raise ValueError("the signal carries no payload")
-        if any(_names_reserved(p) for p in payload) and not workflow.patched(RESERVED_DECIDER_PATCH):
+        if any(_names_reserved(p) for p in payload) and not session.temporal.patched(RESERVED_DECIDER_PATCH):
             check = functools.partial(check, deciders=False)
         check(session, *payload)
         apply(session, *payload)

@@ -50,18 +50,17 @@ async def test_each_entry_point_stops_with_one_line(tmp_path: Path):
     defs = {"AGENT_DEFINITIONS": str(bad)}
     cases: list[tuple[list[str], dict[str, str], str]] = [
         (["api.py", "--port", "70000"], {}, "70000"),
-        (["api.py", "--port", "http"], {}, "http"),
         (["api.py", "--cookie-hours", "0"], {}, "cookie-hours"),
         (["api.py"], {"AGENT_API_USERS": str(bad)}, str(bad)),
         (["api.py"], defs, str(bad)),
         (["worker.py", "--metrics-port", "70000"], {}, "70000"),
-        (["worker.py", "--metrics-port", "host:port"], {}, "host:port"),
         (["worker.py", "--drain-seconds", "-1"], {}, "-1"),
         (["worker.py", "--no-live"], defs, str(bad)),
         (["devserver.py", "--port", "70000"], {}, "70000"),
-        (["devserver.py", "--ui-port", "-3"], {}, "-3"),
         (["demo.py", "--ui-port", "99999"], {}, "99999"),
         (["-m", "infra.codec_server", "--port", "70000"], {}, "70000"),
+        (["worker.py"], {"AGENT_LIVE_SECRET": "short"}, "AGENT_LIVE_SECRET"),
+        (["api.py"], {"AGENT_COOKIE_SECRET": "short"}, "AGENT_COOKIE_SECRET"),
         (["client.py", "agents"], defs, str(bad)),
         (["client.py", "start", "g"], defs, str(bad)),
     ]

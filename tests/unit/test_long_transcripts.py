@@ -147,19 +147,23 @@ async def test_a_long_session_keeps_its_tail_and_sends_what_the_whole_transcript
 
 
 async def test_a_streamed_call_leaves_no_class_to_collect():
-    """The SDK's stream names a generic pydantic class at every call: built once, not per call."""
+    """A streamed model call builds no pydantic class per call (the SDK's own stream helper
+    named a generic one at every call, which pydantic built again and left to collect)."""
     import anthropic
     import pydantic
 
+    from activities.providers.anthropic import AnthropicProvider
     from devservers.fakemodel import FakeModelServer
 
     fake = FakeModelServer().start()
     client = anthropic.AsyncAnthropic(base_url=fake.url, api_key="test-key", max_retries=0)
+    provider = AnthropicProvider(client=client)
 
     async def call() -> None:
-        messages: Any = [{"role": "user", "content": "hi"}]
-        async with client.messages.stream(model="claude-x", max_tokens=10, messages=messages) as stream:
-            await stream.get_final_message()
+        messages: Any = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+        await provider.complete(
+            ProviderCall(model="claude-x", system="", max_tokens=10, tools=[], messages=messages, stream=True)
+        )
 
     try:
         await call()
