@@ -13,6 +13,13 @@ An at-most-once call is never interrupted: with the patch, the session waits for
 and records its outcome (`unknown` if its worker dies), then stops. Sessions recorded
 before the patch cancelled it in Temporal and did not ask the workers: a replay of one
 does the same.
+
+The steps, in `AgentWorkflow._stop`: ask `lets_calls_finish` (only with activities in
+flight, `Temporal.activities_in_flight`), set `ToolRunner.stopping` so that an at-most-once
+call's `Temporal.activity_to_its_end` is not interrupted and `ToolRunner.run_all` waits for
+it, cancel the loop (Temporal's cancel of the other activities), then `stop_calls`. A
+steering interrupt that stops the running calls without ending the session takes the same
+steps for the tasks it cancels.
 """
 
 from __future__ import annotations
