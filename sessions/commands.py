@@ -197,7 +197,7 @@ async def decide(client: Client, args: argparse.Namespace) -> int:
 
 async def fork(client: Client, args: argparse.Namespace) -> int:
     source = control.handle(client, args.session)
-    state = await whole_state(args.session, await control.query(source, AgentWorkflow.state))
+    state = await whole_state(args.session, await control.state(client, args.session))
     started, _ = await control.start_input(client, source)
     if args.model is not None:
         start_input.check_model(args.model)

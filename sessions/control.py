@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -45,7 +46,9 @@ from infra.errors import (
     SessionExists,
     SessionNotFound,
 )
+from sessions import reading
 from sessions.archive import whole_history
+from sessions.follow import CannotReplay
 from workflows import search
 from workflows.agent import AgentWorkflow
 from workflows.contract import (
@@ -57,6 +60,9 @@ from workflows.contract import (
     StuckTask,
 )
 from workflows.notify import NotifyResult
+from workflows.state import SessionState
+
+log = logging.getLogger("sessions.control")
 
 QUERY_TIMEOUT = timedelta(seconds=20)
 # A stuck session may not answer queries at all: ask briefly, then build the status
@@ -65,6 +71,8 @@ STUCK_QUERY_TIMEOUT = timedelta(seconds=3)
 # `list` asks each running session for its billable actions this briefly.
 LIST_QUERY_TIMEOUT = timedelta(seconds=3)
 RUNNING_STATUSES = ("running", "paused", "waiting_approval", "waiting_input")
+# What each query the entry points read answers.
+QUERY_TYPES: dict[str, type] = {"status": SessionStatus, "history": SessionHistory, "state": SessionState}
 
 
 def cli_user() -> str:
@@ -147,22 +155,52 @@ async def describe(h: WorkflowHandle) -> Any:
 
 
 async def status(client: Client, session_id: str) -> SessionStatus:
-    """The session's status; `stuck` (with the failing task's message) when its workflow
-    task keeps failing. A session that has closed with a result answers with it, without a
-    worker: the final status its worker computed, with the refusals no replay sees
-    (workflows/metering.py)."""
+    """The session's status, read from its history (sessions/reading.py: no billable
+    action); `stuck` (with the failing task's message) when its workflow task keeps
+    failing. A session that has closed with a result answers with it: the final status its
+    worker computed, with the refusals no replay sees (workflows/metering.py)."""
     h = handle(client, session_id)
     described = await describe(h)
     if (ended := await closed_status(client, h.id, described)) is not None:
         return await with_notifications(client, ended)
     stuck = await stuck_task(client, h, described)
     if stuck is None:
-        return await with_notifications(client, await query(h, AgentWorkflow.status))
-    try:
-        snapshot = await query(h, AgentWorkflow.status, timeout=STUCK_QUERY_TIMEOUT)
-    except (NoWorker, Rejected, RPCError):  # a failing task may not answer queries either
+        return await with_notifications(client, await read(client, h, AgentWorkflow.status, described))
+    try:  # as its last completed task left it; a failing task may not answer queries either
+        snapshot = await read(
+            client, h, AgentWorkflow.status, described, wait=False, timeout=STUCK_QUERY_TIMEOUT
+        )
+    except (NoWorker, Rejected, RPCError):
         snapshot = await _status_from_start(client, h)
     return snapshot.model_copy(update={"status": "stuck", "stuck": stuck})
+
+
+async def read(
+    client: Client,
+    h: WorkflowHandle,
+    method: Callable[..., Any],
+    described: Any = None,
+    *,
+    wait: bool = True,
+    timeout: timedelta = QUERY_TIMEOUT,
+) -> Any:
+    """What the session's query `method` answers, from its replay here (no billable action);
+    asked of its worker (a query) only when this process cannot replay it. `wait`: for the
+    run's first workflow task, when none has completed."""
+    described = described if described is not None else await describe(h)
+    try:
+        return await reading.read(
+            client, h.id, method, QUERY_TYPES[method.__name__],
+            run_id=described.run_id, history_length=described.history_length, wait=wait,
+        )  # fmt: skip
+    except CannotReplay as why:
+        log.info("session %s: asking its worker: %s", h.id, why)
+    return await query(h, method, timeout=timeout)
+
+
+async def state(client: Client, session_id: str) -> SessionState:
+    """Everything the session knows but its event stream, as its `state` query answers it."""
+    return await read(client, handle(client, session_id), AgentWorkflow.state)
 
 
 async def with_notifications(client: Client, snapshot: SessionStatus) -> SessionStatus:
@@ -193,8 +231,9 @@ async def history(client: Client, session_id: str) -> SessionHistory:
     session that has closed with a result takes its status and `temporal_actions` from the
     result, as `status` does (a replay does not see the refusals its worker counted)."""
     h = handle(client, session_id)
-    found = await whole_history(await query(h, AgentWorkflow.history))
-    ended = await closed_status(client, h.id, await describe(h))
+    described = await describe(h)
+    found = await whole_history(await read(client, h, AgentWorkflow.history, described))
+    ended = await closed_status(client, h.id, described)
     if ended is None:
         return found
     ended = await with_notifications(client, ended)
@@ -336,8 +375,8 @@ async def owner_of_call(client: Client, session_id: str, tool_use_id: str) -> st
     pending calls show in the parent's status). Unknown calls go to `session_id`, whose
     validator says why."""
     try:
-        snapshot = await query(handle(client, session_id), AgentWorkflow.status)
-    except (NoWorker, Rejected, RPCError):
+        snapshot = await read(client, handle(client, session_id), AgentWorkflow.status)
+    except (NoWorker, Rejected, SessionNotFound, RPCError):
         return session_id
     owner = next((p.session_id for p in snapshot.pending_approvals if p.tool_use_id == tool_use_id), None)
     return owner or session_id

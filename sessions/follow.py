@@ -42,7 +42,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from temporalio import workflow
 from temporalio.api.common.v1 import WorkflowExecution
@@ -140,71 +140,73 @@ class _Capture(Interceptor):
         return _Keep
 
 
-class _Replays:
-    """One replayer and its replay worker, fed one history at a time."""
+class Replayed(NamedTuple):
+    """A replayed run: the workflow object, and its instance (the loop its code runs in)."""
+
+    workflow: Any
+    instance: Any
+
+    def discard(self) -> None:
+        _discard(self.instance)
+
+
+class Replays:
+    """One replayer: the worker's workflow code and its `Metering` interceptor, so a replayed
+    session counts what the worker's does. One history at a time, each in a replay worker
+    of its own (its start costs about a millisecond), so nothing outlives a replay."""
 
     def __init__(self, client: Client):
         from workflows.agent import AgentWorkflow
+        from workflows.interceptors import Metering
 
         self.capture = _Capture()
         self.replayer = Replayer(
             workflows=[AgentWorkflow],
             namespace=client.namespace,
             data_converter=client.data_converter,  # the payload codec and the external store
-            interceptors=[self.capture],
+            interceptors=[Metering(), self.capture],
             workflow_runner=UnsandboxedWorkflowRunner(),
             disable_safe_workflow_eviction=True,
         )
         self.cpu_seconds = 0.0
         self.count = 0
-        self._histories: asyncio.Queue[WorkflowHistory | None] = asyncio.Queue()
-        self._results: asyncio.Queue[Any] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
+        self._one_at_a_time = asyncio.Lock()
 
-    async def _feed(self) -> AsyncIterator[WorkflowHistory]:
-        while (history := await self._histories.get()) is not None:
-            yield history
+    async def replay(self, workflow_id: str, events: list[HistoryEvent]) -> Replayed:
+        """The run that `events` replay to; the caller discards it when done with it."""
 
-    async def _run(self) -> None:
-        try:
-            async with self.replayer.workflow_replay_iterator(self._feed()) as results:
-                async for result in results:
-                    await self._results.put(result)
-        except BaseException as err:
-            await self._results.put(err)
-            raise
+        async def one() -> AsyncIterator[WorkflowHistory]:
+            yield WorkflowHistory(workflow_id, events)
+
+        async with self._one_at_a_time:
+            self.capture.runs.pop(workflow_id, None)
+            cpu = time.process_time()
+            try:
+                async with self.replayer.workflow_replay_iterator(one()) as results:
+                    [result] = [r async for r in results]
+            except Exception as err:
+                raise CannotReplay(f"the replay stopped: {err}") from err
+            finally:
+                self.cpu_seconds += time.process_time() - cpu
+                self.count += 1
+            run = self.capture.runs.pop(workflow_id, None)
+        if result.replay_failure is not None:
+            if run is not None:
+                _discard(run[1])
+            raise CannotReplay(f"the replay failed: {result.replay_failure}")
+        if run is None:  # its first task failed (e.g. an input this process cannot read)
+            raise CannotReplay("the replayed run never started")
+        return Replayed(*run)
 
     async def items(self, workflow_id: str, events: list[HistoryEvent]) -> list[tuple[int, str, Any]]:
         """(offset, topic, payload) of the stream log the replayed run built."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"replay {workflow_id}")
-        self.capture.runs.pop(workflow_id, None)
-        cpu = time.process_time()
-        await self._histories.put(WorkflowHistory(workflow_id, events))
-        result = await self._results.get()
-        self.cpu_seconds += time.process_time() - cpu
-        self.count += 1
-        if isinstance(result, BaseException):
-            raise CannotReplay(f"the replay stopped: {result}") from result
-        run = self.capture.runs.pop(workflow_id, None)
+        run = await self.replay(workflow_id, events)
         try:
-            if result.replay_failure is not None:
-                raise CannotReplay(f"the replay failed: {result.replay_failure}")
-            if run is None:  # its first task failed (e.g. an input this process cannot read)
-                raise CannotReplay("the replayed run never started")
-            stream = run[0].stream
+            stream = run.workflow.stream
             base = stream._base_offset  # pinned by tests/test_follow.py
             return [(base + i, item.topic, item.data) for i, item in enumerate(stream._log)]
         finally:
-            if run is not None:
-                _discard(run[1])
-
-    async def aclose(self) -> None:
-        if self._task is not None:
-            if not self._task.done():
-                await self._histories.put(None)
-            with contextlib.suppress(BaseException):  # reported to the replay that waited for it
-                await self._task
+            run.discard()
 
 
 def _discard(loop: asyncio.AbstractEventLoop) -> None:
@@ -219,7 +221,7 @@ def _discard(loop: asyncio.AbstractEventLoop) -> None:
 
 
 async def _from_history(
-    client: Client, session_id: str, start: list[int], topics: Sequence[str], replays: _Replays
+    client: Client, session_id: str, start: list[int], topics: Sequence[str], replays: Replays
 ) -> AsyncIterator[WorkflowStreamItem[Any]]:
     """The items from offset `start[0]` (kept up to date), run after run, until the session closes."""
     fingerprint = code_fingerprint()
@@ -291,16 +293,12 @@ async def follow(
     session's history while this process runs its worker's workflow code, through the
     update poll once it does not (`say` is told why, once; by default the log)."""
     start = [from_offset]
-    replays = _Replays(client)
     try:
-        try:
-            async for item in _from_history(client, session_id, start, topics, replays):
-                yield item
-            return
-        except CannotReplay as why:
-            (say or log.warning)(f"session {session_id}: following through updates: {why}")
-    finally:
-        await replays.aclose()
+        async for item in _from_history(client, session_id, start, topics, Replays(client)):
+            yield item
+        return
+    except CannotReplay as why:
+        (say or log.warning)(f"session {session_id}: following through updates: {why}")
     stream = WorkflowStreamClient.create(client, session_id)
     async for item in stream.subscribe(list(topics), from_offset=start[0], poll_cooldown=POLL_COOLDOWN):
         yield item
