@@ -196,7 +196,9 @@ def parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="sessions, newest first")
     listing.add_argument("--status", help="only sessions with this status (e.g. waiting_approval)")
     listing.add_argument("--user", help="only sessions of this user")
-    listing.add_argument("--limit", type=positive_int, default=50)
+    listing.add_argument(
+        "--limit", type=positive_int, default=50, help="at most this many (any number: read a page at a time)"
+    )
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     return root
 

@@ -6,6 +6,7 @@ AgentError
 ├── SessionExists      the id is taken
 ├── SessionEnded       the session has ended; it takes no more decisions
 ├── NoWorker           no worker answered in time
+├── Busy               a read did not get through in time; retry after `retry_after` seconds
 ├── Rejected           the session refused an action (its validator said why)
 │   └── InvalidInput   ... because a payload broke a schema (an edited tool input)
 ├── BadRequest         the caller's own mistake (arguments, files, payloads)
@@ -44,6 +45,15 @@ class SessionEnded(AgentError):
 
 class NoWorker(AgentError):
     pass
+
+
+class Busy(AgentError):
+    """A read that Temporal (or the session's worker) did not answer within the caller's
+    deadline, retried meanwhile: busy, not broken; worth asking again after `retry_after` s."""
+
+    def __init__(self, message: str, retry_after: int = 2):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class Rejected(AgentError):

@@ -33,10 +33,12 @@ Another user's task is not found, as in the HTTP API.
 from __future__ import annotations
 
 import base64
+import json
 import re
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,7 +90,7 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from a2a.utils.task import apply_history_length
+from a2a.utils.task import apply_history_length, validate_history_length, validate_page_size
 from fastapi import FastAPI
 from google.protobuf import struct_pb2
 from google.protobuf.json_format import MessageToDict, ParseDict
@@ -98,13 +100,13 @@ from starlette.routing import Route
 from temporalio.service import RPCError
 
 from activities.wire import TextBlock, TextDelta
-from infra.errors import AgentError, BadRequest, InvalidInput, SessionExists, SessionNotFound
+from infra.errors import AgentError, BadRequest, Busy, InvalidInput, NoWorker, SessionExists, SessionNotFound
 from service import steering
 from service.auth import User, Users, bearer_user
-from service.http_errors import error_response
+from service.http_errors import RETRY_AFTER, error_response
 from service.schemas import START_CHOICES
 from service.steering import Sessions
-from sessions import control, render, start_input
+from sessions import control, listing, render, start_input
 from workflows.agent import AgentWorkflow
 from workflows.contract import SessionHistory, SessionStatus
 
@@ -113,6 +115,23 @@ SCOPE_USER = "agent.user"
 BLOCKING_SECONDS = 60.0  # a blocking send answers with the task's state by then
 CANCEL_SECONDS = 30.0  # how long a cancel waits for the session to end cancelled
 STATUS_EVERY = 5.0  # seconds between status reads while no event arrives
+LIST_PAGE_SIZE = 50  # ListTasks' page without a pageSize (the spec's default)
+# The sessions whose latest task is in a state, by their status (as `task_of` decides it);
+# a latest task is never submitted, rejected or waiting for authentication.
+_ENDED_AS = {
+    TaskState.TASK_STATE_COMPLETED: ("completed", "waiting_input"),
+    TaskState.TASK_STATE_FAILED: ("stopped", "failed"),
+    TaskState.TASK_STATE_CANCELED: ("cancelled",),
+    TaskState.TASK_STATE_INPUT_REQUIRED: ("waiting_approval",),
+}
+NONE_LATEST = listing.Filter(among=("-",))
+LATEST_STATES: dict[int, listing.Filter] = {
+    **{state: listing.Filter(among=statuses) for state, statuses in _ENDED_AS.items()},
+    TaskState.TASK_STATE_WORKING: listing.Filter(outside=tuple(s for v in _ENDED_AS.values() for s in v)),
+    TaskState.TASK_STATE_SUBMITTED: NONE_LATEST,
+    TaskState.TASK_STATE_REJECTED: NONE_LATEST,
+    TaskState.TASK_STATE_AUTH_REQUIRED: NONE_LATEST,
+}
 ANSWER = "answer"  # the artifact holding the session's answer to a turn
 TASK_ID = re.compile(r"^(?P<session>.+)\.turn-(?P<turn>[1-9][0-9]{0,8})$")
 TERMINAL = {TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED}
@@ -234,10 +253,30 @@ def _whole(value: Any) -> Any:
     return value
 
 
+class ServerBusy(A2AError):
+    """A read that did not get through in time: the endpoint answers it with HTTP 503,
+    `Retry-After` and JSON-RPC code -32000 (`rpc`), not as an internal error."""
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message, {"retry_after": retry_after})
+        self.retry_after = retry_after
+        if (waiting := _BUSY.get()) is not None:
+            waiting.append(retry_after)
+
+
+# The `retry_after` of each ServerBusy raised for the request being answered (see `rpc`).
+_BUSY: ContextVar[list[int] | None] = ContextVar("a2a_busy", default=None)
+BUSY_CODE = -32000  # JSON-RPC's range for a server's own errors
+
+
 def _a2a_error(err: AgentError | RPCError) -> A2AError:
     """The project's errors in A2A's terms, with their one line."""
+    if isinstance(err, Busy):
+        return ServerBusy(str(err), err.retry_after)
+    if isinstance(err, NoWorker):
+        return ServerBusy(str(err), RETRY_AFTER)
     if isinstance(err, RPCError):
-        return InternalError(message=f"Temporal answered: {err.message}")
+        return ServerBusy(f"busy: Temporal answered: {err.message}; retry in {RETRY_AFTER} s", RETRY_AFTER)
     if isinstance(err, SessionNotFound):
         return TaskNotFoundError(message=str(err))
     if isinstance(err, BadRequest | InvalidInput | SessionExists):
@@ -375,34 +414,69 @@ class SessionTasks(RequestHandler):
 
     @validate_request_params
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
-        """A context's tasks, every turn; without one, the latest task of each session the
-        user may see (newest first)."""
-        user, sessions = _user(context), self.sessions_of()
-        found: list[Task] = []
+        """A context's tasks (its turns, first first); without one, the latest task of each
+        session the user may see, newest first. A page at a time, under an opaque token made
+        for this filter and user; `totalSize` counts every task the filter finds."""
+        validate_history_length(params)
+        size = params.page_size if params.HasField("page_size") else LIST_PAGE_SIZE
+        validate_page_size(size)
+        if params.status not in TaskState.values():
+            raise InvalidParamsError(message=f"unknown task state {params.status}")
+        user = _user(context)
         with _errors():
             if params.context_id:
-                status = await self._status(user, TaskRef(params.context_id, 1))
-                history = await control.history(sessions.client, params.context_id)
-                found = [
-                    task_of(status, n, history)
-                    for n in range(1, status.user_turns + status.queued_messages + 1)
-                ]
+                found, next_token, total = await self._turns(user, params, size)
             else:
-                limit = params.page_size if params.HasField("page_size") and params.page_size > 0 else 50
-                for row in await sessions.owners.listing(user, None, min(limit, 100)):
-                    try:
-                        status = SessionStatus.model_validate(row)
-                    except ValueError:
-                        continue  # a session that did not answer: no status to derive a task from
-                    found.append(task_of(status, status.user_turns))
-        if params.status:
-            found = [t for t in found if t.status.state == params.status]
+                found, next_token, total = await self._latest(user, params, size)
         for task in found:
             if not params.include_artifacts:
                 task.ClearField("artifacts")
-            if params.HasField("history_length"):
-                task.CopyFrom(apply_history_length(task, params))
-        return ListTasksResponse(tasks=found, page_size=len(found), total_size=len(found))
+            task.CopyFrom(apply_history_length(task, params))
+        return ListTasksResponse(
+            tasks=found, next_page_token=next_token or "", page_size=size, total_size=total
+        )
+
+    async def _turns(
+        self, user: User, params: ListTasksRequest, size: int
+    ) -> tuple[list[Task], str | None, int]:
+        """A page of a context's tasks; none for a context no session of this user has."""
+        sessions = self.sessions_of()
+        made_for = {
+            "list": "a2a-context",
+            "context": params.context_id,
+            "state": params.status,
+            "user": user.name,
+        }
+        start = (
+            _position(sessions.owners.tokens.open(params.page_token, made_for)) if params.page_token else 0
+        )
+        try:
+            status = await sessions.owners.status(user, params.context_id)
+        except SessionNotFound:
+            return [], None, 0
+        history = await control.history(sessions.client, params.context_id)
+        every = [
+            task_of(status, n, history) for n in range(1, status.user_turns + status.queued_messages + 1)
+        ]
+        every = [t for t in every if not params.status or t.status.state == params.status]
+        more = start + size < len(every)
+        next_token = sessions.owners.tokens.seal(str(start + size).encode(), made_for) if more else None
+        return every[start : start + size], next_token, len(every)
+
+    async def _latest(
+        self, user: User, params: ListTasksRequest, size: int
+    ) -> tuple[list[Task], str | None, int]:
+        """A page of the latest task of each session the user may see, with the state asked for."""
+        owners = self.sessions_of().owners
+        which = LATEST_STATES.get(params.status, listing.Filter()) if params.status else listing.Filter()
+        if which is NONE_LATEST:
+            return [], None, 0
+        made_for = {"list": "a2a", "state": params.status, "user": user.name}
+        rows, next_token = await owners.page(user, which, size, params.page_token or None, made_for)
+        found = [task_of(row.found, row.found.user_turns) for row in rows if row.found is not None]
+        found = [t for t in found if not params.status or t.status.state == params.status]
+        total = await listing.count(owners.client, owners.scoped(user, which))
+        return found, next_token, total
 
     # ---- sending ---------------------------------------------------------------------
 
@@ -577,6 +651,21 @@ class SessionTasks(RequestHandler):
         raise ExtendedAgentCardNotConfiguredError
 
 
+def _busy(response: JSONResponse, retry_after: int) -> Response:
+    """A JSON-RPC error answer for a read that did not get through in time: 503, Retry-After."""
+    document = json.loads(bytes(response.body))
+    error = document.get("error") if isinstance(document, dict) else None
+    if not isinstance(error, dict):
+        return response
+    error["code"] = BUSY_CODE
+    return JSONResponse(document, status_code=503, headers={"Retry-After": str(retry_after)})
+
+
+def _position(sealed: bytes) -> int:
+    """The offset a context's page token names (the token is ours: sealed, made for it)."""
+    return int(sealed.decode())
+
+
 def _metadata(metadata: struct_pb2.Struct) -> dict[str, Any]:
     return MessageToDict(metadata) if metadata.fields else {}
 
@@ -654,7 +743,13 @@ def install(app: FastAPI, users: Users, sessions_of: Callable[[], Sessions]) -> 
             request.scope[SCOPE_USER] = bearer_user(users, request.headers.get("authorization"))
         except AgentError as err:
             return error_response(401, "Unauthorized", str(err), {"WWW-Authenticate": "Bearer"})
-        return await dispatcher.handle_requests(request)
+        busy: list[int] = []
+        token = _BUSY.set(busy)
+        try:
+            response = await dispatcher.handle_requests(request)
+        finally:
+            _BUSY.reset(token)
+        return _busy(response, busy[-1]) if busy and isinstance(response, JSONResponse) else response
 
     async def card(request: Request) -> Response:
         return JSONResponse(agent_card_to_dict(agent_card(str(request.base_url))))

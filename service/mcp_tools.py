@@ -58,8 +58,8 @@ from activities.wire import TextDelta
 from infra.errors import AgentError, InvalidInput, Rejected, SessionNotFound
 from service import schemas, steering
 from service.auth import User, Users, bearer_user
-from service.http_errors import error_response
-from service.schemas import SessionList
+from service.http_errors import RETRY_AFTER, error_response
+from service.schemas import SessionPage
 from service.steering import Sessions
 from sessions import control, render, start_input
 from workflows import events as ev
@@ -144,8 +144,8 @@ def one_line_errors() -> Iterator[None]:
         yield
     except AgentError as err:
         raise ToolError(str(err)) from None
-    except RPCError as err:
-        raise ToolError(f"Temporal answered: {err.message}") from None
+    except RPCError as err:  # Temporal itself, for now: worth asking again
+        raise ToolError(f"busy: Temporal answered: {err.message}; retry in {RETRY_AFTER} s") from None
 
 
 def build(
@@ -237,12 +237,17 @@ def build(
             ),
         ] = None,
         limit: Annotated[int, Field(ge=1, le=200, description="at most this many, newest first")] = 50,
+        cursor: Annotated[
+            str | None,
+            Field(max_length=4096, description="`next_cursor` of the page before, with the same status filter"),
+        ] = None,
         *,
         ctx: Context[Any, Any],
-    ) -> SessionList:
-        """The sessions this caller may see, newest first, as status objects."""
+    ) -> SessionPage:
+        """The sessions this caller may see, newest first, as status objects, a page at a time."""
         with one_line_errors():
-            return SessionList(sessions=await sessions_of().owners.listing(caller(ctx), status, limit))
+            rows, next_cursor = await sessions_of().owners.listing(caller(ctx), status, limit, cursor)
+            return SessionPage(sessions=rows, next_cursor=next_cursor)
 
     @server.tool(annotations=READS, title="List agents")
     async def list_agents() -> AgentList:

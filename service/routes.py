@@ -62,9 +62,13 @@ async def list_sessions(
     owned: Owned,
     status: Annotated[str | None, Query(max_length=40)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    page_token: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> schemas.SessionList:
-    """The caller's sessions (an operator's: all), newest first, as status objects."""
-    return schemas.SessionList(sessions=await owned.listing(user, status, limit))
+    """The caller's sessions (an operator's: all), newest first, as status objects, a page at
+    a time: `next_page_token` is given back as `page_token` with the same filter (400 with
+    another filter or another user's token)."""
+    rows, next_page_token = await owned.listing(user, status, limit, page_token)
+    return schemas.SessionList(sessions=rows, next_page_token=next_page_token)
 
 
 @router.get("/{session_id}", responses=ERRORS)

@@ -118,6 +118,18 @@ class Empty(Body):
 
 class SessionList(BaseModel):
     sessions: list[dict[str, Any]]
+    next_page_token: str | None = Field(
+        default=None, description="give it back as `page_token` for the next page; null after the last"
+    )
+
+
+class SessionPage(BaseModel):
+    """MCP's `list_sessions` answer: a page, and the cursor to the next (MCP's names)."""
+
+    sessions: list[dict[str, Any]]
+    next_cursor: str | None = Field(
+        default=None, description="give it back as `cursor` for the next page; null after the last"
+    )
 
 
 class Me(BaseModel):

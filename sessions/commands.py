@@ -23,7 +23,7 @@ from temporalio.client import Client
 
 from infra.connection import connect, task_queue
 from infra.errors import BadRequest, ConfigError, SessionExists, Unreachable
-from sessions import control, render, schedules, start_input
+from sessions import control, listing, render, schedules, start_input
 from sessions.archive import whole_state
 from sessions.fork import forked_input
 from sessions.pricing import price_for
@@ -290,8 +290,8 @@ async def watch(client: Client, args: argparse.Namespace) -> int:
 
 
 async def list_sessions(client: Client, args: argparse.Namespace) -> int:
-    rows = await control.list_sessions(client, status=args.status, user=args.user, limit=args.limit)
-    render.print_sessions(rows, as_json=args.json)
+    found = await listing.rows(client, listing.Filter(args.status, args.user), limit=args.limit)
+    render.print_sessions([row.summary() for row in found], as_json=args.json)
     return 0
 
 

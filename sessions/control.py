@@ -8,9 +8,7 @@ handlers are named by their typed references (`AgentWorkflow.status`), never by 
 
 from __future__ import annotations
 
-import asyncio
 import getpass
-import json
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -38,7 +36,6 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from infra.errors import (
-    BadRequest,
     InvalidInput,
     NoWorker,
     Rejected,
@@ -68,8 +65,6 @@ QUERY_TIMEOUT = timedelta(seconds=20)
 # A stuck session may not answer queries at all: ask briefly, then build the status
 # from its start input.
 STUCK_QUERY_TIMEOUT = timedelta(seconds=3)
-# `list` asks each running session for its billable actions this briefly.
-LIST_QUERY_TIMEOUT = timedelta(seconds=3)
 RUNNING_STATUSES = ("running", "paused", "waiting_approval", "waiting_input")
 # What each query the entry points read answers.
 QUERY_TYPES: dict[str, type] = {"status": SessionStatus, "history": SessionHistory, "state": SessionState}
@@ -160,17 +155,32 @@ async def status(client: Client, session_id: str) -> SessionStatus:
     failing. A session that has closed with a result answers with it: the final status its
     worker computed, with the refusals no replay sees (workflows/metering.py)."""
     h = handle(client, session_id)
-    described = await describe(h)
+
+    async def attempt() -> SessionStatus:
+        return await status_of(client, h, await describe(h))
+
+    return await reading.patiently(attempt, f"session {session_id}")
+
+
+async def status_of(
+    client: Client, h: WorkflowHandle, described: Any, *, ask_worker: bool = True
+) -> SessionStatus:
+    """`status`, for a session described as `described`. Without `ask_worker`, a session this
+    process cannot replay raises `CannotReplay` instead of costing a query, and one whose
+    first workflow task has not completed is not waited for."""
     if (ended := await closed_status(client, h.id, described)) is not None:
         return await with_notifications(client, ended)
     stuck = await stuck_task(client, h, described)
     if stuck is None:
-        return await with_notifications(client, await read(client, h, AgentWorkflow.status, described))
+        snapshot = await read(
+            client, h, AgentWorkflow.status, described, wait=ask_worker, ask_worker=ask_worker
+        )
+        return await with_notifications(client, snapshot)
     try:  # as its last completed task left it; a failing task may not answer queries either
         snapshot = await read(
-            client, h, AgentWorkflow.status, described, wait=False, timeout=STUCK_QUERY_TIMEOUT
-        )
-    except (NoWorker, Rejected, RPCError):
+            client, h, AgentWorkflow.status, described, wait=False, ask_worker=ask_worker, timeout=STUCK_QUERY_TIMEOUT
+        )  # fmt: skip
+    except (NoWorker, Rejected, RPCError, CannotReplay):
         snapshot = await _status_from_start(client, h)
     return snapshot.model_copy(update={"status": "stuck", "stuck": stuck})
 
@@ -182,11 +192,12 @@ async def read(
     described: Any = None,
     *,
     wait: bool = True,
+    ask_worker: bool = True,
     timeout: timedelta = QUERY_TIMEOUT,
 ) -> Any:
     """What the session's query `method` answers, from its replay here (no billable action);
-    asked of its worker (a query) only when this process cannot replay it. `wait`: for the
-    run's first workflow task, when none has completed."""
+    asked of its worker (a query) only when this process cannot replay it and `ask_worker`.
+    `wait`: for the run's first workflow task, when none has completed."""
     described = described if described is not None else await describe(h)
     try:
         return await reading.read(
@@ -194,6 +205,8 @@ async def read(
             run_id=described.run_id, history_length=described.history_length, wait=wait,
         )  # fmt: skip
     except CannotReplay as why:
+        if not ask_worker:
+            raise
         log.info("session %s: asking its worker: %s", h.id, why)
     return await query(h, method, timeout=timeout)
 
@@ -231,13 +244,17 @@ async def history(client: Client, session_id: str) -> SessionHistory:
     session that has closed with a result takes its status and `temporal_actions` from the
     result, as `status` does (a replay does not see the refusals its worker counted)."""
     h = handle(client, session_id)
-    described = await describe(h)
-    found = await whole_history(await read(client, h, AgentWorkflow.history, described))
-    ended = await closed_status(client, h.id, described)
-    if ended is None:
-        return found
-    ended = await with_notifications(client, ended)
-    return found.model_copy(update={"status": ended, "temporal_actions": ended.temporal_actions})
+
+    async def attempt() -> SessionHistory:
+        described = await describe(h)
+        found = await whole_history(await read(client, h, AgentWorkflow.history, described))
+        ended = await closed_status(client, h.id, described)
+        if ended is None:
+            return found
+        ended = await with_notifications(client, ended)
+        return found.model_copy(update={"status": ended, "temporal_actions": ended.temporal_actions})
+
+    return await reading.patiently(attempt, f"session {session_id}")
 
 
 async def closed_status(client: Client, session_id: str, described: Any) -> SessionStatus | None:
@@ -380,84 +397,6 @@ async def owner_of_call(client: Client, session_id: str, tool_use_id: str) -> st
         return session_id
     owner = next((p.session_id for p in snapshot.pending_approvals if p.tool_use_id == tool_use_id), None)
     return owner or session_id
-
-
-# ---- list --------------------------------------------------------------------------------
-
-
-async def list_sessions(
-    client: Client, *, status: str | None = None, user: str | None = None, limit: int = 50
-) -> list[dict[str, Any]]:
-    """Sessions, newest first, as rows of the search attributes and their billable actions
-    (`actions`); running ones whose task keeps failing say `stuck`."""
-    clauses = ["WorkflowType = 'AgentWorkflow'"]
-    if (status not in (None, "stuck") or user is not None) and not await has_search_attributes(client):
-        raise BadRequest("filtering needs the Agent* search attributes on this namespace; see the README")
-    for key, value in (("AgentStatus", status if status != "stuck" else None), ("AgentUser", user)):
-        if value is not None:
-            clauses.append(f"{key} = {json.dumps(value)}")
-    if status == "stuck":
-        clauses.append("ExecutionStatus = 'Running'")
-    executions = [e async for e in client.list_workflows(" AND ".join(clauses), limit=limit)]
-    rows = await asyncio.gather(*(_row(client, e) for e in executions))
-    return [r for r in rows if status != "stuck" or r["status"] == "stuck"]
-
-
-async def _row(client: Client, execution: Any) -> dict[str, Any]:
-    attrs = execution.typed_search_attributes
-    row = {
-        "session_id": execution.id,
-        "status": attrs.get(search.AGENT_STATUS)
-        or (execution.status.name.lower() if execution.status else None),
-        "steps": attrs.get(search.AGENT_STEPS),
-        "tokens": attrs.get(search.AGENT_TOKENS),
-        "pending_approvals": attrs.get(search.AGENT_PENDING_APPROVALS),
-        "user": attrs.get(search.AGENT_USER),
-        "started": execution.start_time.isoformat() if execution.start_time else None,
-    }
-    stuck = None
-    if execution.status == WorkflowExecutionStatus.RUNNING:
-        stuck = await stuck_task(client, handle(client, execution.id))
-        if stuck is not None:
-            row["status"], row["stuck"] = "stuck", stuck.model_dump(mode="json")
-    row["actions"] = None if stuck is not None else await _actions_or_none(client, execution)
-    return row
-
-
-async def _actions_or_none(client: Client, execution: Any) -> int | None:
-    """`_actions`, or None when this one session cannot say: a list never fails because
-    one session's payloads cannot be read here (another key, another workflow's result)."""
-    try:
-        return await _actions(client, execution)
-    except Exception:  # the list goes on; the session's own status says why
-        return None
-
-
-async def _actions(client: Client, execution: Any) -> int | None:
-    """A run's billable actions so far (`temporal_actions`): read from its last event once it
-    has closed (its result with its late notifications' attempts, as `status` has it, or the
-    state it continued as new with: reading history is not billed), asked of the session
-    while it runs (a query: one more action). None when no worker answers in time, or the
-    run ended without a result (terminated, timed out)."""
-    if execution.status == WorkflowExecutionStatus.RUNNING:
-        try:
-            found = await query(client.get_workflow_handle(execution.id, run_id=execution.run_id),
-                                AgentWorkflow.status, timeout=LIST_QUERY_TIMEOUT)  # fmt: skip
-        except (NoWorker, Rejected, SessionNotFound, RPCError):
-            return None
-        return found.temporal_actions
-    last = await _last_event(client, execution.id, execution.run_id)
-    if last is None:
-        return None
-    if last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
-        payloads = last.workflow_execution_completed_event_attributes.result.payloads
-        [ended] = await client.data_converter.decode(payloads, [SessionStatus])
-        return (await with_notifications(client, ended)).temporal_actions
-    if last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-        payloads = last.workflow_execution_continued_as_new_event_attributes.input.payloads
-        [carried] = await client.data_converter.decode(payloads, [SessionInput])
-        return carried.state.temporal_actions if carried.state is not None else None
-    return None
 
 
 def _not_found(err: RPCError, session_id: str) -> Exception:

@@ -31,10 +31,10 @@ import logging
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from temporalio.api.common.v1 import Payload, WorkflowExecution
@@ -48,11 +48,12 @@ from temporalio.bridge.proto.workflow_activation import (
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from infra.errors import NoWorker, SessionNotFound
+from infra.errors import Busy, NoWorker, SessionNotFound
 from infra.fingerprint import code_fingerprint
 from sessions.follow import PAGE_SIZE, CannotReplay, Replayed, Replays, code_check, durable_cut
 
 log = logging.getLogger("sessions.reading")
+T = TypeVar("T")
 
 # Replayed runs kept whole (for `history` and `state`), and sessions whose answers are kept.
 KEEP_REPLAYED = 32
@@ -245,3 +246,39 @@ async def read(
     from its replay here; `CannotReplay` when this process cannot replay it."""
     payload = await reader(client).answer(session_id, run_id, history_length, method.__name__, wait=wait)
     return client.data_converter.payload_converter.from_payload(payload, result_type)
+
+
+# ---- patience ------------------------------------------------------------------------------
+
+# Seconds a read is tried before "busy, retry": longer than a first workflow task is waited
+# for, so a session no worker runs says so (NoWorker) rather than busy.
+READ_DEADLINE = FIRST_TASK_WAIT.total_seconds() + 5
+RETRY_AFTER = 2  # what it then tells the caller to wait, in seconds
+# What a loaded server or a slow worker answers; anything else is not worth a retry.
+_TRANSIENT = frozenset({
+    RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.RESOURCE_EXHAUSTED,
+    RPCStatusCode.CANCELLED, RPCStatusCode.ABORTED,
+})  # fmt: skip
+
+
+async def patiently(read: Callable[[], Awaitable[T]], what: str, *, within: float = READ_DEADLINE) -> T:
+    """`read()`, tried again while Temporal is too slow to answer (a timeout, unavailable,
+    overloaded), until `within` seconds have passed; then `Busy`, never the timeout itself."""
+    deadline = time.monotonic() + within
+    pause = 0.2
+    while True:
+        try:
+            return await asyncio.wait_for(read(), max(0.1, deadline - time.monotonic()))
+        except RPCError as err:
+            if err.status not in _TRANSIENT:
+                raise
+            why = err.message or err.status.name
+        except TimeoutError:
+            why = "no answer in time"
+        if time.monotonic() + pause >= deadline:
+            raise Busy(
+                f"busy: {what} did not answer within {within:g} s ({why}); retry in {RETRY_AFTER} s",
+                RETRY_AFTER,
+            )
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 2.0)

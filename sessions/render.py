@@ -127,7 +127,7 @@ def print_sessions(rows: list[dict[str, Any]], as_json: bool) -> None:
         for row in rows:
             print(json.dumps(row))
         return
-    cells = [[str(row[k]) if row.get(k) is not None else "-" for k in LIST_COLUMNS] for row in rows]
+    cells = [_cells(row) for row in rows]
     if not console.is_terminal:
         for line in [list(HEADINGS), *cells]:
             print("\t".join(line))
@@ -139,6 +139,19 @@ def print_sessions(rows: list[dict[str, Any]], as_json: bool) -> None:
     for line in cells:
         table.add_row(*line)
     console.print(table)
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    """A row's cells; a row read from the index alone (its session not replayable here) shows
+    its figures with the time they were indexed, and `?` for what the index does not hold."""
+    cells = [str(row[k]) if row.get(k) is not None else "-" for k in LIST_COLUMNS]
+    if row.get("unavailable"):
+        at = datetime.fromisoformat(row["as_of"]).astimezone(UTC).strftime("%H:%M:%S") if row.get("as_of") else "?"
+        for column in ("steps", "tokens", "pending_approvals"):
+            i = LIST_COLUMNS.index(column)
+            cells[i] = f"{cells[i]} (as of {at})"
+        cells[LIST_COLUMNS.index("actions")] = "?"
+    return cells
 
 
 def print_stuck(stuck: StuckTask) -> None:
