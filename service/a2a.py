@@ -116,6 +116,7 @@ BLOCKING_SECONDS = 60.0  # a blocking send answers with the task's state by then
 CANCEL_SECONDS = 30.0  # how long a cancel waits for the session to end cancelled
 STATUS_EVERY = 5.0  # seconds between status reads while no event arrives
 LIST_PAGE_SIZE = 50  # ListTasks' page without a pageSize (the spec's default)
+STATE_NAMES = frozenset(TaskState.keys())
 # The sessions whose latest task is in a state, by their status (as `task_of` decides it);
 # a latest task is never submitted, rejected or waiting for authentication.
 _ENDED_AS = {
@@ -651,6 +652,24 @@ class SessionTasks(RequestHandler):
         raise ExtendedAgentCardNotConfiguredError
 
 
+async def _unknown_state(request: Request) -> Response | None:
+    """-32602 for a ListTasks whose `status` names no task state: the SDK parses unknown enum
+    names as unset (forward compatibility), which would list every task instead."""
+    try:
+        body = await request.json()  # Starlette keeps it for the dispatcher
+    except ValueError:
+        return None
+    params = body.get("params") if isinstance(body, dict) and body.get("method") == "ListTasks" else None
+    state = params.get("status") if isinstance(params, dict) else None
+    if not isinstance(state, str) or state in STATE_NAMES:
+        return None
+    request_id = body.get("id")
+    return JSONResponse({
+        "jsonrpc": "2.0", "id": request_id if isinstance(request_id, str | int) else None,
+        "error": {"code": -32602, "message": f"unknown task state {state!r}"},
+    })  # fmt: skip
+
+
 def _busy(response: JSONResponse, retry_after: int) -> Response:
     """A JSON-RPC error answer for a read that did not get through in time: 503, Retry-After."""
     document = json.loads(bytes(response.body))
@@ -743,6 +762,8 @@ def install(app: FastAPI, users: Users, sessions_of: Callable[[], Sessions]) -> 
             request.scope[SCOPE_USER] = bearer_user(users, request.headers.get("authorization"))
         except AgentError as err:
             return error_response(401, "Unauthorized", str(err), {"WWW-Authenticate": "Bearer"})
+        if (refused := await _unknown_state(request)) is not None:
+            return refused
         busy: list[int] = []
         token = _BUSY.set(busy)
         try:

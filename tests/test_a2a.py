@@ -179,8 +179,9 @@ async def test_a_chat_with_an_approval_survives_a_restart_and_stays_its_users(
             (first.id, "Sent it."),
             (second.id, "Nothing else."),
         ]
-        with pytest.raises(Exception, match="no task"):
-            await bob.list_tasks(ListTasksRequest(context_id=session_id))
+        # Another user's context reads as one no session has: an empty list (A2A 1.0).
+        theirs = await bob.list_tasks(ListTasksRequest(context_id=session_id))
+        assert list(theirs.tasks) == [] and theirs.total_size == 0 and not theirs.next_page_token
 
 
 async def test_a_send_that_returns_at_once_then_get_and_cancel(api: ApiProcess, fake_model: FakeModelServer):
