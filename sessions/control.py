@@ -45,7 +45,7 @@ from infra.errors import (
 )
 from sessions import reading
 from sessions.archive import whole_history
-from sessions.follow import CannotReplay
+from sessions.replays import CannotReplay
 from workflows import search
 from workflows.agent import AgentWorkflow
 from workflows.contract import (

@@ -34,7 +34,7 @@ from temporalio.service import RPCError
 
 from infra.errors import AgentError, BadRequest
 from sessions import control
-from sessions.follow import CannotReplay
+from sessions.replays import CannotReplay
 from workflows import search
 from workflows.contract import SessionStatus
 

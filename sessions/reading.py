@@ -50,12 +50,13 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from infra.errors import Busy, NoWorker, SessionNotFound
 from infra.fingerprint import code_fingerprint
-from sessions.follow import PAGE_SIZE, CannotReplay, Replayed, Replays, code_check, durable_cut
+from sessions.replays import CannotReplay, Replayed, Replays, code_check, durable_cut
 
 log = logging.getLogger("sessions.reading")
 T = TypeVar("T")
 
 # Replayed runs kept whole (for `history` and `state`), and sessions whose answers are kept.
+PAGE_SIZE = 1000  # history events a read asks for at once
 KEEP_REPLAYED = 32
 KEEP_ANSWERS = 4096
 FIRST_TASK_WAIT = timedelta(seconds=20)  # as long as a query would wait for a worker

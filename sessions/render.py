@@ -146,7 +146,11 @@ def _cells(row: dict[str, Any]) -> list[str]:
     its figures with the time they were indexed, and `?` for what the index does not hold."""
     cells = [str(row[k]) if row.get(k) is not None else "-" for k in LIST_COLUMNS]
     if row.get("unavailable"):
-        at = datetime.fromisoformat(row["as_of"]).astimezone(UTC).strftime("%H:%M:%S") if row.get("as_of") else "?"
+        at = (
+            datetime.fromisoformat(row["as_of"]).astimezone(UTC).strftime("%H:%M:%S")
+            if row.get("as_of")
+            else "?"
+        )
         for column in ("steps", "tokens", "pending_approvals"):
             i = LIST_COLUMNS.index(column)
             cells[i] = f"{cells[i]} (as of {at})"
