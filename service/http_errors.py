@@ -20,6 +20,7 @@ from infra.errors import (
     AgentError,
     BadRequest,
     Busy,
+    ConfigError,
     InvalidInput,
     NoWorker,
     Rejected,
@@ -50,6 +51,7 @@ STATUS_OF = [
     (Busy, 503),
     (NoWorker, 503),
     (Unreachable, 503),
+    (ConfigError, 500),
     (AgentError, 400),
 ]
 

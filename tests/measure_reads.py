@@ -66,8 +66,7 @@ async def read_cost(client: Client, fake: FakeModelServer, queue: str, steps: in
     session_id = f"reads-{steps}-{uuid.uuid4().hex[:6]}"
     fake.script.set(session_id, steps_then_approval(steps))
     limits = Limits(max_steps=steps + 5, token_budget=10**12)
-    await control.start(client, SessionInput(goal="measure", limits=limits), session_id, task_queue=queue,
-                        summary="", details="")  # fmt: skip
+    await control.start(client, SessionInput(goal="measure", limits=limits), session_id, task_queue=queue)  # fmt: skip
     await waiting(client, session_id, timeout=60 + steps * 0.5)
     described = await client.get_workflow_handle(session_id).describe()
     cold, warm = [], []
@@ -149,7 +148,7 @@ async def paged_list(client: Client, fake: FakeModelServer, server: Any, api_url
     async def start(session_id: str) -> None:
         async with gate:
             await control.start(client, SessionInput(goal="wait", user_id="alice", search_attributes=True), session_id,
-                                task_queue=queue, summary="", details="")  # fmt: skip
+                                task_queue=queue)  # fmt: skip
 
     await asyncio.gather(*(start(s) for s in ids))
     started = time.monotonic() - began
@@ -213,7 +212,7 @@ async def main(steps: list[int], poll_seconds: float, sessions: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
         "--steps", default="10,1000", help="session lengths to read, comma-separated ('' for none)"
     )

@@ -80,7 +80,7 @@ async def start_many(
         fake_model.script.set(session_id, [answer("done")])
     await asyncio.gather(*(
         control.start(client, SessionInput(goal="say done", user_id=user, search_attributes=True), session_id,
-                      task_queue=queue, summary="", details="")
+                      task_queue=queue)
         for session_id in ids
     ))  # fmt: skip
     return ids
@@ -126,6 +126,7 @@ async def test_a_status_poll_loop_adds_no_action(
     url = metrics_url(dev_server)
     grew = dict.fromkeys(BILLED_READS, 0)
     seen: list[tuple[int, str]] = []
+    by_http: dict[str, Any] = {}
     async with api.client("alice") as alice:
         started = await alice.post("/v1/sessions", json={"goal": "poll me", "session_id": session_id})
         assert started.status_code == 201, started.text
@@ -248,7 +249,7 @@ async def test_a_list_never_shows_a_row_unknown_while_its_worker_is_away(
     async with build_worker(client, TOOLS, queue=queue, model=model_activities(fake_model, data_dir)):
         for session_id in ids:
             await control.start(client, SessionInput(goal="email", user_id="alice", search_attributes=True),
-                                session_id, task_queue=queue, summary="", details="")  # fmt: skip
+                                session_id, task_queue=queue)  # fmt: skip
         for session_id in ids:
             await read_until(client, session_id, "waiting_approval")
     await indexed(client, listing.Filter(status="waiting_approval", user="alice"), 3)
