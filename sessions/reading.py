@@ -55,8 +55,8 @@ from sessions.replays import CannotReplay, Replayed, Replays, code_check, durabl
 log = logging.getLogger("sessions.reading")
 T = TypeVar("T")
 
-# Replayed runs kept whole (for `history` and `state`), and sessions whose answers are kept.
 PAGE_SIZE = 1000  # history events a read asks for at once
+# Replayed runs kept whole (for `history` and `state`), and sessions whose answers are kept.
 KEEP_REPLAYED = 32
 KEEP_ANSWERS = 4096
 FIRST_TASK_WAIT = timedelta(seconds=20)  # as long as a query would wait for a worker
@@ -95,7 +95,8 @@ class Reader:
             entry = _Entry(run_id=run_id, length=0, cut=0, replayed=None)
             self._keep(session_id, entry)
         async with entry.lock:
-            self.entries.move_to_end(session_id)
+            if self.entries.get(session_id) is entry:
+                self.entries.move_to_end(session_id)
             if entry.length < history_length:
                 await self._replay(session_id, entry, wait=wait)
             found = entry.answers.get(name)
@@ -143,20 +144,25 @@ class Reader:
 
     def _keep(self, session_id: str, entry: _Entry) -> None:
         old = self.entries.pop(session_id, None)
-        if old is not None and old.replayed is not None:
-            old.replayed.discard()
         self.entries[session_id] = entry
         while len(self.entries) > KEEP_ANSWERS:
             _, dropped = self.entries.popitem(last=False)
-            if dropped.replayed is not None:
-                dropped.replayed.discard()
+            _drop(dropped)
+        if old is not None:
+            _drop(old)
 
     def _drop_old_replays(self) -> None:
         kept = [e for e in self.entries.values() if e.replayed is not None]
         for entry in kept[: max(0, len(kept) - KEEP_REPLAYED)]:
-            if not entry.lock.locked() and entry.replayed is not None:
-                entry.replayed.discard()
-                entry.replayed = None
+            _drop(entry)
+
+
+def _drop(entry: _Entry) -> None:
+    """Let go of an entry's replayed run; one a read is using (in another thread) is left to
+    the garbage collector instead."""
+    if entry.replayed is not None and not entry.lock.locked():
+        entry.replayed.discard()
+        entry.replayed = None
 
 
 def _query(instance: Any, name: str) -> Payload:

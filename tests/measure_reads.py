@@ -39,6 +39,7 @@ from tests.conftest import model_activities
 from tests.support.api import api_env, start_api, users_toml
 from tests.support.tools import TOOLS
 from worker import build_worker
+from workflows.agent import AgentWorkflow
 from workflows.contract import Limits, SessionInput
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,11 +56,14 @@ def steps_then_approval(steps: int) -> list[dict[str, Any]]:
 
 
 async def waiting(client: Client, session_id: str, timeout: float) -> None:
+    """Asked of the worker (a query): a replay here, in the worker's process, would take the
+    CPU the worker needs while it runs the session."""
     deadline = time.monotonic() + timeout
-    while (await control.status(client, session_id)).status != "waiting_approval":
+    handle = client.get_workflow_handle(session_id)
+    while (await handle.query(AgentWorkflow.status)).status != "waiting_approval":
         if time.monotonic() > deadline:
             raise TimeoutError(f"{session_id} never waited for approval")
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(2)
 
 
 async def read_cost(client: Client, fake: FakeModelServer, queue: str, steps: int) -> dict[str, Any]:
