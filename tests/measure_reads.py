@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from bench.economy import metrics_url, scrape
 from devservers import temporal_server
@@ -114,7 +116,8 @@ async def poll(client: Client, fake: FakeModelServer, server: Any, api_url: str,
         base_url=api_url, headers={"Authorization": f"Bearer {TOKENS['alice']}"}, timeout=60
     ) as http:
         before = scrape(url)
-        started = await http.post("/v1/sessions", json={"goal": "poll me", "session_id": session_id})
+        body = {"goal": "poll me", "session_id": session_id, "max_steps": len(turns) + 5}
+        started = await http.post("/v1/sessions", json=body)
         assert started.status_code == 201, started.text
         polls, deadline = 0, time.monotonic() + seconds
         while time.monotonic() < deadline:
@@ -128,13 +131,12 @@ async def poll(client: Client, fake: FakeModelServer, server: Any, api_url: str,
     grew = {
         k: int(after.get(k, 0) - before.get(k, 0)) for k in after if k in BILLED or k.startswith("action:")
     }
-    await client.get_workflow_handle(session_id).terminate(reason="measured")
-    return {
-        "part": "poll",
-        "seconds": seconds,
-        "polls": polls,
-        "counted meanwhile": {k: v for k, v in grew.items() if v},
-    }
+    steps = (await control.status(client, session_id)).steps
+    with contextlib.suppress(RPCError):
+        await client.get_workflow_handle(session_id).terminate(reason="measured")
+    return {"part": "poll", "seconds": seconds, "polls": polls, "steps meanwhile": steps,
+            "queries, updates, signals": sum(grew.get(k, 0) for k in BILLED),
+            "the session's own actions (server's counter)": {k: v for k, v in grew.items() if v and k not in BILLED}}  # fmt: skip
 
 
 async def paged_list(client: Client, fake: FakeModelServer, server: Any, api_url: str, queue: str,
@@ -181,11 +183,13 @@ async def paged_list(client: Client, fake: FakeModelServer, server: Any, api_url
     grew = {
         k: int(after.get(k, 0) - before.get(k, 0)) for k in after if k in BILLED or k.startswith("action:")
     }
-    mine = [s for s in seen if s in set(ids)]
+    wanted = set(ids)
+    mine = [s for s in seen if s in wanted]
     return {"part": "list", "sessions": count, "started in s": round(started, 1), "all waiting after s": round(waited, 1),
             "pages": len(pages), "each once": len(mine) == len(set(mine)) == count,
             "page s (median, max)": (round(sorted(pages)[len(pages) // 2], 2), round(max(pages), 2)),
-            "counted meanwhile": {k: v for k, v in grew.items() if v}}  # fmt: skip
+            "queries, updates, signals": sum(grew.get(k, 0) for k in BILLED),
+            "actions counted meanwhile": {k: v for k, v in grew.items() if v and k not in BILLED}}  # fmt: skip
 
 
 async def main(steps: list[int], poll_seconds: float, sessions: int) -> None:
