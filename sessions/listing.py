@@ -23,6 +23,7 @@ import hmac
 import json
 import os
 import secrets
+import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -118,7 +119,7 @@ class Row:
             "session_id": self.session_id,
             "status": self.status,
             "steps": found.steps if found else attrs.get(search.AGENT_STEPS),
-            "tokens": _tokens(found) if found else attrs.get(search.AGENT_TOKENS),
+            "tokens": found.usage.total() if found else attrs.get(search.AGENT_TOKENS),
             "pending_approvals": len(found.pending_approvals)
             if found
             else attrs.get(search.AGENT_PENDING_APPROVALS),
@@ -145,16 +146,6 @@ class Row:
             "pending_approvals": [], "unavailable": self.unavailable,
             "as_of": self.as_of.isoformat() if self.as_of else None,
         }  # fmt: skip
-
-
-def _tokens(found: SessionStatus) -> int:
-    usage = found.usage
-    return (
-        usage.input_tokens
-        + usage.output_tokens
-        + usage.cache_read_input_tokens
-        + usage.cache_creation_input_tokens
-    )
 
 
 @dataclass
@@ -258,14 +249,19 @@ class PageTokens:
         if configured := os.environ.get(KEY_ENV):
             return cls(configured.encode())
         path = data_dir / KEY_FILE
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return cls(path.read_bytes())
-        with os.fdopen(fd, "wb") as out:
-            key = secrets.token_bytes(32)
-            out.write(key)
-        return cls(key)
+        if not path.exists():
+            # Written whole under another name, then linked in: of two processes starting
+            # at once, one key wins and both read it.
+            fd, made = tempfile.mkstemp(dir=data_dir, prefix=".page-token-")
+            with os.fdopen(fd, "wb") as out:
+                out.write(secrets.token_bytes(32))
+            try:
+                os.link(made, path)
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(made)
+        return cls(path.read_bytes())
 
     def seal(self, position: bytes, made_for: dict[str, Any]) -> str:
         body = json.dumps({"p": base64.b64encode(position).decode(), "f": made_for}, sort_keys=True).encode()
