@@ -1,6 +1,7 @@
 """`python -m tests.measure_reads`: what a read costs now that it is a replay, not a query.
 
-On a dev server of its own, with the fake model and an in-process worker:
+On a dev server of its own, with the fake model and a `worker.py` process (this process
+only reads, as api.py or a script would):
 
 - `--steps 10,1000`: for a session of each length, then waiting for approval, the CPU of
   one `status` read in the reading process: cold (a replay of the current run) and warm
@@ -37,10 +38,8 @@ from devservers import temporal_server
 from devservers.fakemodel import FakeModelServer
 from infra.connection import connect
 from sessions import control, reading
-from tests.conftest import model_activities
 from tests.support.api import api_env, start_api, users_toml
-from tests.support.tools import TOOLS
-from worker import build_worker
+from tests.support.procs import Workers, wait_polling
 from workflows.agent import AgentWorkflow
 from workflows.contract import Limits, SessionInput
 
@@ -197,23 +196,24 @@ async def main(steps: list[int], poll_seconds: float, sessions: int) -> None:
     os.environ["AGENT_DATA_DIR"] = str(data)
     server = temporal_server.start(db_file=data / "temporal.db")
     fake = FakeModelServer().start()
-    queue = f"reads-{uuid.uuid4().hex[:6]}"
+    # The worker in a process of its own, as in production: this process only reads.
+    workers = Workers(address=server.address, model_url=fake.url, data_dir=data, log_dir=data)
+    queue = workers.task_queue
     users = data / "users.toml"
     users.write_text(users_toml())
     env = api_env(server.address, queue, data, users)
     api = start_api(env, data / "api.log")
     try:
         client = await connect(target_host=server.address)
-        async with build_worker(client, TOOLS, queue=queue, model=model_activities(fake, data)):
-            for n in steps:
-                print(json.dumps(await read_cost(client, fake, queue, n)), flush=True)
-            if poll_seconds:
-                print(json.dumps(await poll(client, fake, server, api.url, env, poll_seconds)), flush=True)
-            if sessions:
-                print(
-                    json.dumps(await paged_list(client, fake, server, api.url, queue, sessions)), flush=True
-                )
+        await wait_polling(client, workers.start())
+        for n in steps:
+            print(json.dumps(await read_cost(client, fake, queue, n)), flush=True)
+        if poll_seconds:
+            print(json.dumps(await poll(client, fake, server, api.url, env, poll_seconds)), flush=True)
+        if sessions:
+            print(json.dumps(await paged_list(client, fake, server, api.url, queue, sessions)), flush=True)
     finally:
+        workers.close()
         api.stop()
         fake.stop()
         server.stop()
