@@ -657,7 +657,8 @@ def install(app: FastAPI, users: Users, sessions_of: Callable[[], Sessions]) -> 
         return await dispatcher.handle_requests(request)
 
     async def card(request: Request) -> Response:
-        return JSONResponse(agent_card_to_dict(agent_card(str(request.base_url))))
+        public_url = request.app.state.access.public_url
+        return JSONResponse(agent_card_to_dict(agent_card(public_url or str(request.base_url))))
 
     app.router.routes.append(Route(PATH, rpc, methods=["POST"]))
     app.router.routes.append(Route(AGENT_CARD_WELL_KNOWN_PATH, card, methods=["GET"]))
