@@ -136,9 +136,7 @@ async def start_chat(temporal: TemporalClient, api: ApiProcess, fake_model: Fake
     session_id = f"{prefix}-{uuid.uuid4().hex[:10]}"
     fake_model.script.set(session_id, [answer("Hello."), *turns])
     started = SessionInput(goal="help me", user_id=user, chat=True, search_attributes=True)
-    await control.start(
-        temporal, started, session_id, task_queue=api.env["TEMPORAL_TASK_QUEUE"], summary="t", details="t"
-    )
+    await control.start(temporal, started, session_id, task_queue=api.env["TEMPORAL_TASK_QUEUE"])
     await until_event(temporal, session_id, "answered")
     return session_id
 
