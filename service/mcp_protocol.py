@@ -80,6 +80,7 @@ TRANSCRIPT_EVENTS = {"turn", "tool_result", "user_message"}
 END_LEVEL: dict[str, LoggingLevel] = {"completed": "info", "cancelled": "notice", "stopped": "warning", "failed": "error"}  # fmt: skip
 MAX_COMPLETIONS = 100  # the protocol's limit on one answer
 WAIT = 60.0  # seconds a follower waits for the session's next events before looking again
+BASELINE_WAIT = 10.0  # seconds a subscription waits for the session's events so far
 FOLLOWS_KEY = "agent.follows"  # where a connection keeps what it follows (`Connection.state`)
 
 Caller = Callable[[ServerRequestContext[Any, Any]], User]
@@ -134,18 +135,31 @@ async def check_session(sessions: Sessions, user: User, session_id: str, **data:
 # ---- following sessions ------------------------------------------------------------------
 
 
-async def changes(sessions: Sessions, session_id: str) -> AsyncIterator[Sequence[ev.SessionEvent]]:
-    """Each batch of the session's durable events after the first (the session as it was
-    when following began), until its end: from the shared feed, no query."""
-    async with steering.Watch(sessions.feeds, session_id) as watch:
-        began = False
-        while not watch.finished:
-            batch = [
-                e for e in await watch.next_batch(WAIT) if not isinstance(e, ev.TextDelta | ev.ThinkingDelta)
-            ]
-            if batch and began:
-                yield batch
-            began = began or bool(batch)
+async def changes(
+    sessions: Sessions, session_id: str, began: asyncio.Event
+) -> AsyncIterator[Sequence[ev.SessionEvent]]:
+    """Each batch of the session's durable events after the first, until its end: from the
+    shared feed, no query. The first batch is the session as it was when following began
+    (`began` is set once it is read, or after `BASELINE_WAIT` without one): a change the
+    client makes after that comes in a later batch."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + BASELINE_WAIT
+    try:
+        async with steering.Watch(sessions.feeds, session_id) as watch:
+            while not watch.finished:
+                wait = WAIT if began.is_set() else max(0.0, deadline - loop.time())
+                batch = [
+                    e
+                    for e in await watch.next_batch(wait)
+                    if not isinstance(e, ev.TextDelta | ev.ThinkingDelta)
+                ]
+                if began.is_set():
+                    if batch:
+                        yield batch
+                elif batch or loop.time() >= deadline:
+                    began.set()
+    finally:
+        began.set()
 
 
 def notices(session_id: str, events: Sequence[ev.SessionEvent]) -> list[tuple[LoggingLevel, dict[str, Any]]]:
@@ -196,13 +210,21 @@ class Follows:
         self.uris: dict[str, set[str]] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
 
-    def follow(self, session_id: str, uri: str) -> None:
+    async def follow(self, session_id: str, uri: str) -> None:
+        """Follow the session for `uri`; returns once its events so far are read, so any
+        change after it is told."""
         self.uris.setdefault(session_id, set()).add(uri)
         task = self.tasks.get(session_id)
         if task is None or task.done():
-            self.tasks[session_id] = asyncio.create_task(
-                self._run(session_id), name=f"mcp follows {session_id}"
+            began = asyncio.Event()
+            task = self.tasks[session_id] = asyncio.create_task(
+                self._run(session_id, began), name=f"mcp follows {session_id}"
             )
+            waiting = asyncio.ensure_future(began.wait())
+            try:
+                await asyncio.wait([waiting, task], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiting.cancel()
 
     def unfollow(self, session_id: str, uri: str) -> None:
         uris = self.uris.get(session_id, set())
@@ -212,9 +234,9 @@ class Follows:
             if (task := self.tasks.pop(session_id, None)) is not None:
                 task.cancel()
 
-    async def _run(self, session_id: str) -> None:
+    async def _run(self, session_id: str, began: asyncio.Event) -> None:
         try:
-            async for events in changes(self.sessions, session_id):
+            async for events in changes(self.sessions, session_id, began):
                 messages = any(e.type in TRANSCRIPT_EVENTS for e in events)
                 for uri in sorted(self.uris.get(session_id, ())):
                     if messages or not uri.endswith("/transcript"):
@@ -285,7 +307,7 @@ def install(server: MCPServer, sessions_of: Callable[[], Sessions], caller_of: C
     async def subscribe(ctx: ServerRequestContext[Any, Any], params: SubscribeRequestParams) -> EmptyResult:
         sessions = sessions_of()
         session_id = await owned_session(sessions, caller_of(ctx), params.uri)
-        follows_of(ctx, sessions).follow(session_id, params.uri)
+        await follows_of(ctx, sessions).follow(session_id, params.uri)
         return EmptyResult()
 
     async def unsubscribe(
@@ -343,24 +365,29 @@ class _Listen:
             resource_subscriptions=[uri for _, uri in owned] or None,
         )
 
+        acked = asyncio.Event()  # the acknowledgement is the stream's first frame
+
         async def updated(uri: str) -> None:
+            await acked.wait()
             params = ResourceUpdatedNotificationParams(uri=uri, _meta=meta)
             await ctx.session.send_notification(ResourceUpdatedNotification(params=params), ctx.request_id)
 
         async def notice(level: LoggingLevel, data: dict[str, Any]) -> None:
             # Sent only when this request opted in at this level or below (the SDK's gate).
+            await acked.wait()
             await ctx.session.send_log_message(level, data, LOGGER, related_request_id=ctx.request_id)  # pyright: ignore[reportDeprecated]
 
         follows = Follows(sessions, updated, notice)
-        await ctx.session.send_notification(
-            SubscriptionsAcknowledgedNotification(
-                params=SubscriptionsAcknowledgedNotificationParams(notifications=honored, _meta=meta)
-            ),
-            ctx.request_id,
-        )
         try:
             for session_id, uri in owned:
-                follows.follow(session_id, uri)
+                await follows.follow(session_id, uri)  # before the ack: what changes after it is told
+            await ctx.session.send_notification(
+                SubscriptionsAcknowledgedNotification(
+                    params=SubscriptionsAcknowledgedNotificationParams(notifications=honored, _meta=meta)
+                ),
+                ctx.request_id,
+            )
+            acked.set()
             await anyio.sleep_forever()  # until the client goes: its stream is this request's answer
         finally:
             with anyio.CancelScope(shield=True):
