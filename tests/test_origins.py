@@ -121,8 +121,10 @@ async def test_the_operators_hosts_origins_and_public_url(api: ApiProcess):
         refused = await call(api, "GET", "/v1/sessions", None, **headers)
         assert refused.status_code == code, (headers, refused.text)
     # The public URL is where the agent card sends A2A clients.
-    card = (await call(api, "GET", "/.well-known/agent-card.json", None, Host="agents.example.com")).json()
-    assert {i["url"] for i in card["supportedInterfaces"]} == {f"{PUBLIC}/a2a"}
+    card = await call(api, "GET", "/.well-known/agent-card.json", None, Host="agents.example.com")
+    assert card.json()["url"] == f"{PUBLIC}/a2a"  # the 0.3 card
+    card = await call(api, "GET", "/.well-known/agent-card.json", None, **{"A2A-Version": "1.0"})
+    assert {i["url"] for i in card.json()["supportedInterfaces"]} == {f"{PUBLIC}/a2a"}
 
 
 async def test_without_a_token_it_is_still_401_and_the_health_check_answers_any_name(api: ApiProcess):
