@@ -698,9 +698,9 @@ def install(app: FastAPI, users: Users, sessions_of: Callable[[], Sessions]) -> 
     async def card(request: Request) -> Response:
         public_url = request.app.state.access.public_url
         found = agent_card(public_url or str(request.base_url))
-        return JSONResponse(
-            card_for(request.headers.get(VERSION_HEADER), found), headers={"Vary": VERSION_HEADER}
-        )
+        # The version the client speaks: its A2A-Version header, or the request parameter of that name.
+        version = request.headers.get(VERSION_HEADER) or request.query_params.get(VERSION_HEADER)
+        return JSONResponse(card_for(version, found), headers={"Vary": VERSION_HEADER})
 
     app.router.routes.append(Route(PATH, rpc, methods=["POST"]))
     app.router.routes.append(Route(AGENT_CARD_WELL_KNOWN_PATH, card, methods=["GET"]))

@@ -168,6 +168,9 @@ async def test_each_protocol_version_gets_the_card_it_defines(api: ApiProcess):
         assert json.dumps(modern[key], sort_keys=True) == json.dumps(legacy[key], sort_keys=True), key
     assert modern["capabilities"]["streaming"] is legacy["capabilities"]["streaming"] is True
     assert cards["1.0.0"].json() == modern and cards["none"].json() == legacy
+    async with httpx.AsyncClient() as http:  # the version as a request parameter, as the spec allows
+        asked = await http.get(f"{api.url}/.well-known/agent-card.json", params={"A2A-Version": "1.0"})
+    assert asked.json() == modern
     assert all(c.status_code == 200 and "A2A-Version" in c.headers["vary"] for c in cards.values())
 
 
