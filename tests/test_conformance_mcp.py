@@ -22,6 +22,7 @@ from devservers.fakemodel import FakeModelServer
 from tests.support import conformance
 from tests.support.api import TOKENS, ApiProcess, serve_api
 from tests.support.needs import require
+from tests.support.reliability import record
 
 pytestmark = pytest.mark.xdist_group("conformance-mcp")
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "reference" / "conformance.md"
@@ -70,6 +71,13 @@ async def test_mcp_over_http_passes_every_scenario_that_applies(
     assert {c.scenario for c in checks} == set(applicable)
     assert not failures(checks), failures(checks)
     assert sum(c.status == "SUCCESS" for c in checks) >= len(applicable)
+    record(
+        "Protocol conformance",
+        "the MCP conformance suite (@modelcontextprotocol/conformance, server mode) against /mcp: every "
+        "scenario that does not need its fixture server, a forged Host and Origin among them",
+        "every scenario passes; the excluded ones are in docs/reference/conformance.md",
+        _figures(checks, applicable, scenarios),
+    )
 
 
 # Each stdio scenario starts `python mcp_server.py` (seconds of imports): the default run
@@ -93,6 +101,21 @@ async def test_the_stdio_server_passes_every_scenario_that_applies(
         checks = await conformance.run_all(url, applicable, tmp_path)
     assert {c.scenario for c in checks} == set(applicable)
     assert not failures(checks), failures(checks)
-    assert (
-        "temporal-agent-loop" in (tmp_path / "bridge.log").read_text()
-    )  # our server answered, not the bridge
+    # Our server answered, not the bridge.
+    assert "temporal-agent-loop" in (tmp_path / "bridge.log").read_text()
+    record(
+        "Protocol conformance",
+        "the MCP conformance suite against python mcp_server.py (stdio, behind supergateway): "
+        + ("every scenario that applies" if which == "all" else f"its short form ({', '.join(STDIO_SHORT)})"),
+        "every scenario passes",
+        _figures(checks, applicable, scenarios),
+    )
+
+
+def _figures(checks: list[conformance.Check], ran: list[str], listed: list[str]) -> dict[str, object]:
+    return {
+        "scenarios run": f"{len(ran)} of {len(listed)}",
+        "checks passed": sum(c.status == "SUCCESS" for c in checks),
+        "failed": len(failures(checks)),
+        "warnings": sum(c.status == "WARNING" for c in checks),
+    }
