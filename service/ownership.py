@@ -18,6 +18,8 @@ from service.auth import User
 from sessions import control, listing
 from workflows.contract import SessionStatus
 
+ID_SCAN = 1000  # sessions, newest first, that `session_ids` looks through
+
 
 class Owners:
     def __init__(self, client: Client):
@@ -38,12 +40,28 @@ class Owners:
         return found
 
     async def check(self, user: User, session_id: str) -> None:
-        """`SessionNotFound` unless this user may steer the session."""
+        """`SessionNotFound` unless this user may steer the session. An owner not yet known
+        is read from the session's start input: a history read, no query (no billable
+        action, and no worker needed)."""
         owner = self.known.get(session_id)
         if owner is None:
-            await self.status(user, session_id)
-        elif not user.may_see(owner):
+            started, _ = await control.start_input(self.client, control.handle(self.client, session_id))
+            owner = started.user_id
+            self.remember(session_id, owner)
+        if not user.may_see(owner):
             raise SessionNotFound(session_id)
+
+    async def session_ids(self, user: User, prefix: str = "") -> list[str]:
+        """The ids starting with `prefix` of the sessions this user may see, newest first,
+        read from visibility (no query). Without the Agent* search attributes a user who is
+        not an operator gets the sessions whose owner this process knows."""
+        mine = None if user.operator else user.name
+        if mine is not None and not await self.has_search_attributes():
+            return sorted(i for i, owner in self.known.items() if owner == mine and i.startswith(prefix))
+        where = listing.Filter(user=mine).query()
+        return [
+            e.id async for e in self.client.list_workflows(where, limit=ID_SCAN) if e.id.startswith(prefix)
+        ]
 
     async def has_search_attributes(self) -> bool:
         # Once registered they stay; until then, ask each time.
