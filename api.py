@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from infra import extras
-from infra.errors import AgentError, ConfigError
+from infra.errors import AgentError
 
 if TYPE_CHECKING:
     from service.auth import Users
@@ -58,7 +58,7 @@ def main() -> int:
         print(f"open http://{LOCAL}:{args.port}/?token={token}", flush=True)
     try:
         asyncio.run(serve(users, host, args.port))
-    except (AgentError, ConfigError) as err:  # Temporal unreachable, a setting that cannot work
+    except AgentError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0

@@ -3,7 +3,7 @@
 Parse, call, print. This file is the command line itself: its arguments, and how a
 failure ends (one line on stderr, exit code 1, for every user mistake: an unknown
 session, Temporal unreachable, bad arguments, a duplicate session id). What each command
-does is in `sessions/commands.py`, which is imported only once the arguments are read:
+does is in `cli/commands.py`, which is imported only once the arguments are read:
 `--help` and a mistyped flag answer without loading Temporal's SDK or the workflow's
 modules.
 """
@@ -236,7 +236,7 @@ def main() -> NoReturn:
     args = parse(sys.argv[1:])
     from temporalio.service import RPCError
 
-    from sessions import commands
+    from cli import commands
 
     try:
         code = asyncio.run(commands.run(args))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from devservers import processes, seaweed, temporal_server
 from infra import codec_server, extras
-from infra.errors import ConfigError
+from infra.errors import AgentError
 
 
 def _interrupt(signum, frame) -> None:
@@ -60,7 +60,7 @@ def main() -> None:
         encrypted = keyring_from_env() is not None
         if encrypted:
             extras.require("codec", "the codec endpoint for AGENT_PAYLOAD_KEYS")
-    except (ConfigError, extras.MissingExtra) as err:
+    except AgentError as err:
         sys.exit(f"error: {err}")
     # SIGTERM ends the helpers too, as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)

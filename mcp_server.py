@@ -28,7 +28,7 @@ def main() -> int:
     import logging
 
     from infra import extras
-    from infra.errors import AgentError, ConfigError
+    from infra.errors import AgentError
 
     logging.basicConfig(
         level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -36,7 +36,7 @@ def main() -> int:
     try:
         extras.check_settings()
         asyncio.run(serve())
-    except (AgentError, ConfigError) as err:  # Temporal unreachable, a setting that cannot work
+    except AgentError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from infra import extras, memory, otel
 from infra.arguments import positive_float, positive_int
-from infra.errors import BadConfiguration, ConfigError, Unreachable
+from infra.errors import AgentError, ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -423,7 +423,7 @@ async def main() -> None:
     from activities.notify import NotifyActivities
     from activities.providers import import_sdks
     from infra.connection import connect, task_queue
-    from infra.definitions import DefinitionError, load_definitions
+    from infra.definitions import load_definitions
 
     tools = load_tools(args.tools)
     workflow = load_workflow(args.workflow) if args.workflow else None
@@ -445,7 +445,7 @@ async def main() -> None:
             heartbeat_timeout=args.heartbeat_timeout, **capacity_options(args),
             live=None if args.no_live else (args.live_host, args.live_port), model_calls_per_second=rate,
         )  # fmt: skip
-    except (Unreachable, DefinitionError, ConfigError, BadConfiguration) as err:
+    except AgentError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
     import_sdks()

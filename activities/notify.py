@@ -26,6 +26,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from infra.notify import (
+    NOTIFY_REFUSED,
     SECRET_ENV,
     NotifyRefused,
     allowed_prefixes,
@@ -33,7 +34,6 @@ from infra.notify import (
     retry_schedule,
     webhook_secret,
 )
-from workflows.options import NOTIFY_REFUSED
 
 POST_TIMEOUT = 10.0  # seconds: connecting, and waiting for the answer
 RETRIED_4XX = (408, 425, 429)

@@ -24,7 +24,8 @@ from temporalio import activity
 from activities.attempt_telemetry import tool_call_telemetry
 from activities.heartbeat import Heartbeats
 from activities.transcript import TranscriptStore, open_store
-from activities.wire import ToolOutcome, ToolPolicy, ToolRequest, ToolSpec
+from activities.wire import ToolOutcome, ToolRequest, ToolSpec
+from infra.policy import ToolPolicy
 
 INLINE_OUTPUT_CHARS = 1024
 

@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
+from infra.policy import ToolPolicy
+
 
 class TextBlock(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -154,9 +156,6 @@ class Usage(BaseModel):
             cache_creation_input_tokens=self.cache_creation_input_tokens + other.cache_creation_input_tokens,
             cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
         )
-
-
-ToolPolicy = Literal["read_only", "idempotent", "at_most_once"]
 
 
 class ToolSpec(BaseModel):

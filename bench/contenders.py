@@ -285,7 +285,7 @@ class ProjectContender(TemporalContender):
     stream = True  # the session input's default; the harness's `--no-stream` turns it off
 
     async def start(self, session, steps, size):
-        from sessions import control, render
+        from sessions import control
         from workflows.contract import Limits, SessionInput
 
         # As `client.py start` starts a session: streaming on (the default), search
@@ -295,8 +295,7 @@ class ProjectContender(TemporalContender):
         # and the default step limit is below the longest sessions here.
         session_input = SessionInput(goal=GOAL, model=MODEL, system=SYSTEM, search_attributes=True, stream=self.stream,
                                      limits=Limits(max_steps=steps + 1, token_budget=10**12))  # fmt: skip
-        return await control.start(self.client, session_input, session, task_queue=self.queue,
-                                   summary=render.shorten(GOAL, 200), details=render.session_details(session_input))  # fmt: skip
+        return await control.start(self.client, session_input, session, task_queue=self.queue)
 
     def check(self, result, steps):
         found = result if isinstance(result, dict) else vars(result) if hasattr(result, "__dict__") else {}

@@ -138,15 +138,14 @@ async def start(row: Row, c: TemporalContender, session: str, calls: int) -> Wor
         return await c.client.start_workflow("FloorWorkflow", args=[calls - 1, SMALL_OUTPUT, True], id=session,
                                              task_queue=c.queue)  # fmt: skip
     if row.worker.startswith("project"):
-        from sessions import control, render
+        from sessions import control
         from workflows.contract import SessionInput
 
         # As `client.py start` starts a session: streaming on (the default), search
         # attributes when the namespace has them, the summary and details it sets.
         session_input = SessionInput(goal=GOAL, model=MODEL, system=SYSTEM,
                                      search_attributes=await control.has_search_attributes(c.client))  # fmt: skip
-        return await control.start(c.client, session_input, session, task_queue=c.queue,
-                                   summary=render.shorten(GOAL, 200), details=render.session_details(session_input))  # fmt: skip
+        return await control.start(c.client, session_input, session, task_queue=c.queue)
     from bench.pai_workflow import PaiInput, PydanticAIBenchWorkflow, PydanticAIStreamBenchWorkflow
 
     workflow = (

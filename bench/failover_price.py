@@ -98,13 +98,12 @@ class Workers:
 
 
 async def start(client: Client, queue: str, session: str) -> WorkflowHandle[Any, Any]:
-    from sessions import control, render
+    from sessions import control
     from workflows.contract import SessionInput
 
     session_input = SessionInput(goal=GOAL, model=MODEL, system=SYSTEM,
                                  search_attributes=await control.has_search_attributes(client))  # fmt: skip
-    return await control.start(client, session_input, session, task_queue=queue,
-                               summary=render.shorten(GOAL, 200), details=render.session_details(session_input))  # fmt: skip
+    return await control.start(client, session_input, session, task_queue=queue)
 
 
 async def runs_of(client: Client, session: str) -> list[list[Any]]:

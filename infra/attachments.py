@@ -17,6 +17,8 @@ import re
 import struct
 from dataclasses import dataclass
 
+from infra.errors import BadRequest
+
 MB = 1024 * 1024
 IMAGE_BASE64_LIMIT = 5 * MB  # the API measures an image's base64
 PDF_LIMIT = 24 * MB
@@ -28,7 +30,7 @@ TEXT = "text/plain"
 MEDIA_TYPES = (*IMAGE_TYPES, PDF, TEXT)
 
 
-class AttachmentError(ValueError):
+class AttachmentError(BadRequest):
     """A file that cannot be attached; the text is one line naming it."""
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from infra import extras
-from infra.errors import ConfigError
+from infra.errors import AgentError, ConfigError
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         extras.require("codec", "the codec endpoint")
         app = configured_app(args)
-    except (ConfigError, extras.MissingExtra) as err:
+    except AgentError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
     import uvicorn

@@ -16,14 +16,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from activities.wire import ToolPolicy
+from infra.errors import ConfigError
+from infra.policy import ToolPolicy
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ApprovalRule = Literal["always", "never", "tool"]
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,47}$"
 
 
-class DefinitionError(ValueError):
+class DefinitionError(ConfigError):
     """The definitions file cannot be used; the text names the file and the field."""
 
 

@@ -1,4 +1,6 @@
-"""The project's own failures, in one hierarchy. Entry points print them as one line.
+"""The project's own failures, in one hierarchy. Every entry point catches `AgentError`
+and prints it as one line (`error: ...`) with exit code 1; the HTTP service maps each
+branch to a status (service/http_errors.py).
 
 AgentError
 ├── Unreachable        Temporal cannot be reached
@@ -9,10 +11,13 @@ AgentError
 ├── Rejected           the session refused an action (its validator said why)
 │   └── InvalidInput   ... because a payload broke a schema (an edited tool input)
 ├── BadRequest         the caller's own mistake (arguments, files, payloads)
-└── BadConfiguration   the process's settings cannot work (OTEL_* values, a metrics port in use)
-
-ConfigError            a malformed setting in the environment (a ValueError, raised where the
-                       setting is read; entry points print it as one line naming the setting)
+│   ├── AttachmentError    a file that cannot be attached (infra/attachments.py)
+│   └── NotifyRefused      a notification URL the operator did not allow (infra/notify.py)
+└── ConfigError        the process's settings cannot work: an environment variable, a flag,
+    │                  a port in use, OTEL_* values
+    ├── DefinitionError    the agent definitions file (infra/definitions.py)
+    ├── UsersFileError     the service's users file (service/auth.py)
+    └── MissingExtra       a setting whose optional dependencies are not installed (infra/extras.py)
 """
 
 from __future__ import annotations
@@ -58,9 +63,5 @@ class BadRequest(AgentError):
     pass
 
 
-class BadConfiguration(AgentError):
-    """A process setting that cannot work: an unknown OTEL_TRACES_EXPORTER, a metrics port in use."""
-
-
-class ConfigError(ValueError):
-    """A setting in the environment is malformed: the message names it and says what was expected."""
+class ConfigError(AgentError):
+    """A process setting that cannot work: the message names it and says what was expected."""

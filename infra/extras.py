@@ -13,7 +13,7 @@ import importlib.util
 import os
 
 from infra import otel
-from infra.errors import BadConfiguration
+from infra.errors import ConfigError
 
 # What each extra installs, as the modules this project imports from it.
 MODULES = {
@@ -29,7 +29,7 @@ MODULES = {
 }
 
 
-class MissingExtra(BadConfiguration):
+class MissingExtra(ConfigError):
     """A setting needs an extra that is not installed."""
 
 

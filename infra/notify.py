@@ -17,16 +17,18 @@ import os
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
-from infra.errors import ConfigError
+from infra.errors import BadRequest, ConfigError
 
 ALLOW_ENV = "AGENT_NOTIFY_ALLOW"
 SECRET_ENV = "AGENT_WEBHOOK_SECRET"
 RETRY_ENV = "AGENT_NOTIFY_RETRY"
 MAX_TARGETS = 10
 MAX_URL_LENGTH = 2000
+# The receiver refused the notification (a 4xx other than 408, 425, 429): not retried.
+NOTIFY_REFUSED = "NotificationRefused"
 
 
-class NotifyRefused(ValueError):
+class NotifyRefused(BadRequest):
     """A notification URL that may not be used; the text is one line."""
 
 

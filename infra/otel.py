@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from infra.errors import BadConfiguration
+from infra.errors import ConfigError
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor
@@ -121,7 +121,7 @@ def _span_processor(exporter: str) -> SpanProcessor:
     if exporter == "console":
         return BatchSpanProcessor(ConsoleSpanExporter())
     if exporter != "otlp":
-        raise BadConfiguration(f"OTEL_TRACES_EXPORTER={exporter!r}: this worker knows otlp, console and none")
+        raise ConfigError(f"OTEL_TRACES_EXPORTER={exporter!r}: this worker knows otlp, console and none")
     if _protocol("TRACES") == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     else:
@@ -219,7 +219,7 @@ def _prometheus_reader(host: str, port: int) -> Any:
         start_http_server(port, addr=host)
     except OSError as err:
         why = err.strerror or err
-        raise BadConfiguration(f"--metrics-port: cannot serve metrics on {host}:{port}: {why}") from err
+        raise ConfigError(f"--metrics-port: cannot serve metrics on {host}:{port}: {why}") from err
     return PrometheusMetricReader()
 
 

@@ -104,7 +104,8 @@ from service.auth import User, Users, bearer_user
 from service.http_errors import error_response
 from service.schemas import START_CHOICES
 from service.steering import Sessions
-from sessions import control, render, start_input
+from sessions import control, start_input
+from sessions.text import shorten
 from workflows.agent import AgentWorkflow
 from workflows.contract import SessionHistory, SessionStatus
 
@@ -184,7 +185,7 @@ def task_of(status: SessionStatus, turn: int, history: SessionHistory | None = N
     elif status.status == "waiting_approval":
         state = TaskState.TASK_STATE_INPUT_REQUIRED
         calls = ", ".join(
-            f"{p.name}({render.shorten(p.input, 120)}) [{p.tool_use_id}]" for p in status.pending_approvals
+            f"{p.name}({shorten(p.input, 120)}) [{p.tool_use_id}]" for p in status.pending_approvals
         )
         text = (
             f"waiting for approval: {calls}. Reply with a data part "

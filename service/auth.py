@@ -21,14 +21,14 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from infra.errors import AgentError
+from infra.errors import AgentError, ConfigError
 
 COOKIE = "agent_session"
 OPERATOR = "operator"
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
-class UsersFileError(AgentError):
+class UsersFileError(ConfigError):
     """The users file cannot be read or breaks its schema; one line naming file and field."""
 
 

@@ -19,6 +19,7 @@ from temporalio.service import RPCError
 from infra.errors import (
     AgentError,
     BadRequest,
+    ConfigError,
     InvalidInput,
     NoWorker,
     Rejected,
@@ -47,6 +48,7 @@ STATUS_OF = [
     (BadRequest, 400),
     (NoWorker, 503),
     (Unreachable, 503),
+    (ConfigError, 500),
     (AgentError, 400),
 ]
 

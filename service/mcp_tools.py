@@ -61,7 +61,8 @@ from service.auth import User, Users, bearer_user
 from service.http_errors import error_response
 from service.schemas import SessionList
 from service.steering import Sessions
-from sessions import control, render, start_input
+from sessions import control, start_input
+from sessions.text import shorten
 from workflows import events as ev
 from workflows.agent import AgentWorkflow
 from workflows.contract import PendingApproval, SessionStatus
@@ -469,7 +470,7 @@ def _ask(status: SessionStatus, pending: PendingApproval) -> str:
         else f"sub-agent {owner} of session {status.session_id}"
     )
     return (
-        f"{where} wants to run {pending.name} with {render.shorten(pending.input, 400)}. "
+        f"{where} wants to run {pending.name} with {shorten(pending.input, 400)}. "
         "Approve it (optionally with an edited input) or deny it."
     )
 

@@ -19,7 +19,7 @@ from infra.errors import InvalidInput
 from service import schemas, steering
 from service.auth import User, current_user
 from service.ownership import Owners
-from sessions import control, render
+from sessions import control
 from workflows.agent import AgentWorkflow
 from workflows.contract import CancelRequest, Decision, EventInput, SessionStatus, UserMessage
 
@@ -48,10 +48,7 @@ async def start_session(body: schemas.StartSession, user: Caller, owned: Owned) 
     """Start a session for the caller; answers its status."""
     session_input = await steering.session_input(body, user, owned)
     session_id = body.session_id or f"session-{uuid.uuid4().hex[:12]}"
-    await control.start(
-        owned.client, session_input, session_id, task_queue=task_queue(),
-        summary=render.shorten(body.goal, 200), details=render.session_details(session_input),
-    )  # fmt: skip
+    await control.start(owned.client, session_input, session_id, task_queue=task_queue())
     owned.remember(session_id, user.name)
     return await control.status(owned.client, session_id)
 

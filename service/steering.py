@@ -32,7 +32,7 @@ from service.auth import User
 from service.feeds import Feed, Feeds
 from service.ownership import Owners
 from service.schemas import SESSION_ID, START_CHOICES, StartSession
-from sessions import control, render, start_input
+from sessions import control, start_input
 from workflows.agent import AgentWorkflow
 from workflows.contract import (
     FINAL_STATUSES,
@@ -126,10 +126,7 @@ async def start(
     body = start_body(goal=goal, agent=agent, session_id=session_id, model=model, chat=chat, **choices)
     session_input_ = await session_input(body, user, sessions.owners)
     session_id = session_id or f"session-{uuid.uuid4().hex[:12]}"
-    await control.start(
-        sessions.client, session_input_, session_id, task_queue=task_queue(),
-        summary=render.shorten(goal, 200), details=render.session_details(session_input_),
-    )  # fmt: skip
+    await control.start(sessions.client, session_input_, session_id, task_queue=task_queue())
     sessions.owners.remember(session_id, user.name)
     return await control.status(sessions.client, session_id)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from activities.transcript import TranscriptMissing, TranscriptStore, open_store
 from activities.wire import Message
-from infra.errors import BadConfiguration
+from infra.errors import ConfigError
 from workflows.contract import SessionHistory
 from workflows.records import ToolCallRecord, TraceTurn
 from workflows.state import SessionState
@@ -33,7 +33,7 @@ async def _parts(session_id: str, ref: str, store: TranscriptStore | None) -> li
     try:
         return await store.load_archive(ref)
     except TranscriptMissing as err:
-        raise BadConfiguration(
+        raise ConfigError(
             f"session {session_id}: the earlier runs' records are not readable here ({err}); this "
             "process must share the workers' store (AGENT_DATA_DIR or AGENT_STORE_URL, AGENT_PAYLOAD_KEYS)"
         ) from None

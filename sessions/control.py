@@ -45,6 +45,7 @@ from infra.errors import (
     SessionExists,
     SessionNotFound,
 )
+from sessions import text
 from sessions.archive import whole_history
 from workflows import search
 from workflows.agent import AgentWorkflow
@@ -88,10 +89,9 @@ async def start(
     session_id: str,
     *,
     task_queue: str,
-    summary: str,
-    details: str,
 ) -> WorkflowHandle:
-    """Start a session; `SessionExists` when the id is taken (ids are never reused)."""
+    """Start a session, named in the Temporal UI by its goal and settings (`sessions.text`);
+    `SessionExists` when the id is taken (ids are never reused)."""
     try:
         return await client.start_workflow(
             AgentWorkflow.run,
@@ -100,8 +100,8 @@ async def start(
             task_queue=task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            static_summary=summary,
-            static_details=details,
+            static_summary=text.summary(session_input),
+            static_details=text.details(session_input),
             search_attributes=initial_search_attributes(session_input),
         )
     except WorkflowAlreadyStartedError:

@@ -7,7 +7,7 @@ the same items at the same offsets without one: it long-polls the session's hist
 here with `Replayer` running AgentWorkflow, and reads the replayed workflow's stream log.
 Continue-as-new is followed (the new run carries the stream's last items at their offsets,
 workflows/archive.py: a follower that starts before the first of them gets the items from
-there on, and its reader says so, sessions/watch.py and service/sse.py).
+there on, and its reader says so, cli/watch.py and service/sse.py).
 
 What keeps the replay equal to the worker's stream:
 - the history is replayed through the last completed workflow task and the events its

@@ -119,8 +119,7 @@ async def _a_busy_session(harness: Harness, dev_server) -> tuple[WorkflowHandle,
     session_input = SessionInput(
         goal="do the thing", limits=Limits(continue_as_new_after_steps=2), search_attributes=True
     )
-    handle = await control.start(harness.client, session_input, session_id, task_queue=harness.task_queue,
-                                 summary="busy", details="busy")  # fmt: skip
+    handle = await control.start(harness.client, session_input, session_id, task_queue=harness.task_queue)  # fmt: skip
     await wait_for_status(handle, "waiting_approval", timeout=60)
     with pytest.raises(WorkflowUpdateFailedError):
         await handle.execute_update(AgentWorkflow.approve_call, Decision(tool_use_id="nope"))

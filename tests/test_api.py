@@ -241,9 +241,7 @@ async def test_a_session_no_worker_answers_for_is_listed_from_its_search_attribu
 ):
     session_id = new_id()
     started = SessionInput(goal="nobody runs this", user_id="alice", search_attributes=True)
-    handle = await control.start(
-        client, started, session_id, task_queue=f"nobody-{session_id}", summary="", details=""
-    )
+    handle = await control.start(client, started, session_id, task_queue=f"nobody-{session_id}")
     try:
         async with api.client("alice") as alice, api.client("bob") as bob:
 
@@ -319,9 +317,7 @@ async def test_an_event_reaches_the_wait_for_it(api: ApiProcess, client: Client,
     started = SessionInput(
         goal="wait for the build", user_id="alice", tools=["wait_for_event"], search_attributes=True
     )
-    await control.start(
-        client, started, session_id, task_queue=api.env["TEMPORAL_TASK_QUEUE"], summary="", details=""
-    )
+    await control.start(client, started, session_id, task_queue=api.env["TEMPORAL_TASK_QUEUE"])
     path = f"/v1/sessions/{session_id}/events"
     async with api.client("alice") as alice:
         waiting = await wait_status(alice, session_id, "waiting_event")

@@ -510,7 +510,7 @@ async def test_start_refuses_a_setting_with_one_line_and_records_what_it_allows(
 
 
 def test_watch_shows_the_thinking_dimmed_before_the_text():
-    from sessions.watch import _Streaming
+    from cli.watch import _Streaming
 
     streaming = _Streaming()
     streaming.step, streaming.attempt = 1, 1

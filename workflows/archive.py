@@ -13,7 +13,7 @@ each handover the state keeps only what the loop needs:
 - the last trace turn (the billable actions after it are counted on it);
 - the latest `REPEATS_KEPT` repeat counts;
 - the last events of the stream (`CARRIED_EVENTS`, at most `CARRIED_EVENT_BYTES`): a
-  follower further behind is told where the rest is (service/sse.py, sessions/watch.py).
+  follower further behind is told where the rest is (service/sse.py, cli/watch.py).
 
 The rest (the older messages, the finished calls, the earlier trace turns) goes to the
 transcript store as one part (activities/transcript.py), written by the local activity

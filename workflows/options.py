@@ -20,6 +20,7 @@ from temporalio.common import RetryPolicy
 from temporalio.workflow import ParentClosePolicy
 
 from activities.wire import ToolSpec
+from infra.notify import NOTIFY_REFUSED
 from workflows.contract import Limits
 
 # No heartbeat timeout by default: every heartbeat that reaches the server is a billable
@@ -54,8 +55,6 @@ DESCRIBE_TOOLS_RETRY = RetryPolicy(
 # changes the schedule (`NotifyRetry` in workflows/interceptors.py applies it).
 NOTIFY_SCHEDULE = (5.0, 600.0, 3600.0)  # first retry, longest wait, give up: seconds
 NOTIFY_ATTEMPT_TIMEOUT = timedelta(seconds=30)  # one POST (the client's own timeout is 10 s)
-# The receiver refused the notification (a 4xx other than 408, 425, 429): not retried.
-NOTIFY_REFUSED = "NotificationRefused"
 
 ARCHIVE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
 

@@ -10,7 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from activities.wire import ToolPolicy, Usage
+from activities.wire import Usage
+from infra.policy import ToolPolicy
 
 RunStatus = Literal[
     "running",

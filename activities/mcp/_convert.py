@@ -15,8 +15,9 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.protocols import Validator
 
-from activities.wire import ToolPolicy, ToolSpec
+from activities.wire import ToolSpec
 from infra.definitions import McpServer
+from infra.policy import ToolPolicy
 
 if TYPE_CHECKING:  # the SDK is imported by the worker only (see _errors)
     from mcp.types import CallToolResult, Tool

@@ -1,5 +1,5 @@
 """What the client prints: status, history and session lists (`rich`). The live view is
-in `sessions/watch.py`."""
+in `cli/watch.py`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from workflows.contract import SessionHistory, SessionInput, SessionStatus, StuckTask
+from sessions.text import shorten
+from workflows.contract import SessionHistory, SessionStatus, StuckTask
 
 console = Console(highlight=False, soft_wrap=True)
 STYLE = {
@@ -22,30 +23,6 @@ STYLE = {
     "stuck": "bold red",
 }
 CALL_MARK = {"done": "[green]✓[/]", "denied": "[yellow]⊘[/]", "unknown": "[yellow]?[/]"}
-
-
-def shorten(value: Any, limit: int = 120) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def session_details(session: SessionInput) -> str:
-    """The workflow's static details in the Temporal UI."""
-    limits = session.limits
-    lines = [
-        *([f"**agent** {session.agent.name}"] if session.agent else []),
-        f"**model** {session.model} (prompt {session.prompt_version})"
-        + (f", falling back to {', '.join(session.fallback_models)}" if session.fallback_models else ""),
-        f"**user** {session.user_id}",
-        f"**limits** {limits.max_steps} steps, {limits.token_budget} tokens, "
-        f"{limits.timeout_seconds:g}s" + (f", ${limits.cost_budget_usd:g}" if limits.cost_budget_usd else ""),
-        f"**tools** {', '.join(session.tools) if session.tools is not None else 'all of the worker'}",
-    ]
-    if session.model_settings is not None:
-        chosen = session.model_settings.model_dump(exclude_defaults=True)
-        lines.append("**model settings** " + ", ".join(f"{k} {v}" for k, v in chosen.items()))
-    return "\n".join(lines)
 
 
 def print_status(snapshot: SessionStatus, link: str) -> None:

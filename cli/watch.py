@@ -27,10 +27,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
 from activities.wire import Usage
-from infra.errors import AgentError
-from sessions import control
-from sessions.live_text import session_events
-from sessions.render import (
+from cli.render import (
     CALL_MARK,
     STYLE,
     console,
@@ -38,8 +35,11 @@ from sessions.render import (
     print_event_hint,
     print_sleeping,
     print_stuck,
-    shorten,
 )
+from infra.errors import AgentError
+from sessions import control
+from sessions.live_text import session_events
+from sessions.text import shorten
 from workflows import events as ev
 from workflows.agent import AgentWorkflow
 from workflows.contract import Decision

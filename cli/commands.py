@@ -21,13 +21,14 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio.client import Client
 
+from cli import render
+from cli.watch import watch as follow
 from infra.connection import connect, task_queue
-from infra.errors import BadRequest, ConfigError, SessionExists, Unreachable
-from sessions import control, render, schedules, start_input
+from infra.errors import BadRequest, SessionExists, Unreachable
+from sessions import control, schedules, start_input, text
 from sessions.archive import whole_state
 from sessions.fork import forked_input
 from sessions.pricing import price_for
-from sessions.watch import watch as follow
 from workflows.agent import AgentWorkflow
 from workflows.contract import CancelRequest, Decision, EventInput, SessionInput, SessionStatus, UserMessage
 
@@ -44,10 +45,7 @@ async def start(client: Client, args: argparse.Namespace) -> int:
     session_input = await with_search_attributes(client, args.session_input)
     session_id = args.session or f"session-{uuid.uuid4().hex[:12]}"
     try:
-        handle = await control.start(
-            client, session_input, session_id, task_queue=task_queue(),
-            summary=render.shorten(session_input.goal, 200), details=render.session_details(session_input),
-        )  # fmt: skip
+        handle = await control.start(client, session_input, session_id, task_queue=task_queue())
     except SessionExists:
         raise UserError(
             f"session {session_id} already exists; follow it with: python client.py watch {session_id}"
@@ -210,14 +208,8 @@ async def fork(client: Client, args: argparse.Namespace) -> int:
         )
     session_input = forked_input(started, args.session, state, args.at_step, args.message)
     session_id = args.new_session or f"{args.session}.fork-{uuid.uuid4().hex[:6]}"
-    details = (
-        render.session_details(session_input) + f"\n**forked from** {args.session} after step {args.at_step}"
-    )
     try:
-        handle = await control.start(
-            client, session_input, session_id, task_queue=task_queue(),
-            summary=render.shorten(session_input.goal, 200), details=details,
-        )  # fmt: skip
+        handle = await control.start(client, session_input, session_id, task_queue=task_queue())
     except SessionExists:
         raise UserError(f"session {session_id} already exists") from None
     print(session_id, flush=True)
@@ -232,7 +224,7 @@ async def schedule(client: Client, args: argparse.Namespace) -> int:
         every = args.every_delta
         await schedules.create(
             client, args.name, session_input, task_queue=task_queue(), cron=args.cron, every=every,
-            summary=render.shorten(session_input.goal, 200),
+            summary=text.summary(session_input),
         )  # fmt: skip
         print(f"created schedule {args.name}")
     elif args.schedule_command == "list":
@@ -337,6 +329,4 @@ async def run(args: argparse.Namespace) -> int:
         client = await connect()
     except Unreachable as err:
         raise UserError(f"{err} (start it with: python devserver.py, or set TEMPORAL_ADDRESS)") from None
-    except ConfigError as err:
-        raise UserError(str(err)) from None
     return await COMMANDS[args.command](client, args)
