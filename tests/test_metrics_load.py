@@ -107,7 +107,7 @@ async def _waiting_sessions(client: Client, fake_model: FakeModelServer, queue: 
         fake_model.script.set(session_id, turns)
         async with gate:
             await control.start(client, SessionInput(goal="send it", search_attributes=True), session_id,
-                                task_queue=queue, summary="send it", details="")  # fmt: skip
+                                task_queue=queue)  # fmt: skip
 
     await asyncio.gather(*(one() for _ in range(count)))
     query = f"TaskQueue = '{queue}' AND AgentStatus = 'waiting_approval'"
