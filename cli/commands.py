@@ -16,21 +16,21 @@ import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
-from temporalio.client import Client
 
 from cli import render
-from cli.watch import watch as follow
 from infra.connection import connect, task_queue
 from infra.errors import BadRequest, SessionExists, Unreachable
-from sessions import control, schedules, start_input, text
-from sessions.archive import whole_state
-from sessions.fork import forked_input
-from sessions.pricing import price_for
+from sessions import control
 from workflows.agent import AgentWorkflow
 from workflows.contract import CancelRequest, Decision, EventInput, SessionInput, SessionStatus, UserMessage
+
+if TYPE_CHECKING:
+    from temporalio.client import Client, WorkflowHandle
+
+    from sessions.start_input import NewAttachment
 
 EXIT_NOT_COMPLETED = 2
 UserError = BadRequest  # a mistake the person can fix; printed as one line
@@ -39,6 +39,17 @@ UserError = BadRequest  # a mistake the person can fix; printed as one line
 def ui_url(session_id: str, namespace: str = "default") -> str:
     base = os.environ.get("TEMPORAL_UI_URL", "http://localhost:8233").rstrip("/")
     return f"{base}/namespaces/{namespace}/workflows/{session_id}"
+
+
+# What only some commands use is imported by them: a command that needs the client alone
+# (status, approve, cancel, list, ...) loads no follower, start-input checks or schedules.
+
+
+async def follow(client: Client, handle: WorkflowHandle, url: str, **options: Any) -> int:
+    """`watch`: what happened, then live until the end (cli/watch.py)."""
+    from cli.watch import watch
+
+    return await watch(client, handle, url, **options)
 
 
 async def start(client: Client, args: argparse.Namespace) -> int:
@@ -68,6 +79,8 @@ async def with_search_attributes(client: Client, session_input: SessionInput) ->
 def resolve_start(args: argparse.Namespace) -> SessionInput:
     """The start input from `start`'s (or `schedule create`'s) arguments (`sessions.start_input`),
     before connecting: a mistake in them is reported whether or not Temporal can be reached."""
+    from sessions import start_input
+
     goal = read_goal(args)
     limits = {
         "max_steps": args.max_steps,
@@ -114,11 +127,15 @@ def resolve_start(args: argparse.Namespace) -> SessionInput:
 
 
 async def list_agents(client: Client | None, args: argparse.Namespace) -> int:
+    from sessions import start_input
+
     render.print_agents(start_input.describe(start_input.read_definitions()), as_json=args.json)
     return 0
 
 
-def read_attachment(path: Path) -> start_input.NewAttachment:
+def read_attachment(path: Path) -> NewAttachment:
+    from sessions import start_input
+
     try:
         return start_input.NewAttachment(name=path.name, data=path.read_bytes())
     except OSError as err:
@@ -194,6 +211,11 @@ async def decide(client: Client, args: argparse.Namespace) -> int:
 
 
 async def fork(client: Client, args: argparse.Namespace) -> int:
+    from sessions import start_input
+    from sessions.archive import whole_state
+    from sessions.fork import forked_input
+    from sessions.pricing import price_for
+
     source = control.handle(client, args.session)
     state = await whole_state(args.session, await control.query(source, AgentWorkflow.state))
     started, _ = await control.start_input(client, source)
@@ -219,6 +241,8 @@ async def fork(client: Client, args: argparse.Namespace) -> int:
 
 
 async def schedule(client: Client, args: argparse.Namespace) -> int:
+    from sessions import schedules, text
+
     if args.schedule_command == "create":
         session_input = await with_search_attributes(client, args.session_input)
         every = args.every_delta
@@ -324,6 +348,8 @@ async def run(args: argparse.Namespace) -> int:
     if args.command == "start" or (args.command == "schedule" and args.schedule_command == "create"):
         args.session_input = resolve_start(args)
         if args.command == "schedule":
+            from sessions import schedules
+
             args.every_delta = schedules.parse_every(args.every) if args.every else None
     try:
         client = await connect()
