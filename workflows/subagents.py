@@ -10,7 +10,7 @@ parent's pause and resume are passed on; cancelling the parent cancels the child
 child tells its parent which of its calls wait for a person, so they show in the
 parent's status and can be decided through it, and whether it is in a wait that is not
 work (paused, waiting for a person, sleeping, waiting for an event), so the parent's
-working time stops while it is (`CHILD_WAITS`).
+working time stops while it is.
 """
 
 from __future__ import annotations
@@ -28,16 +28,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows.contract import Limits, ParentLink, SessionInput, SessionStatus, SubAgent
     from workflows.records import PendingApproval, ToolCallRecord
     from workflows.session import Session, short
-    from workflows.working_time import WORKING_TIME, WorkClock
+    from workflows.working_time import WorkClock
 
 TOOL_PREFIX = "agent__"
 # The signals between a parent and its children: the child tells what it waits for; the
 # parent passes on its pause and resume (the names of AgentWorkflow's own signals).
 CHILD_APPROVALS = "child_approvals"
 PAUSE, RESUME = "pause", "resume"
-# The patch under which a child also tells its parent when it starts or stops waiting
-# (`ChildApprovals.waiting`): one more signal each time. Asked in the child's first activation.
-CHILD_WAITS = "child-waits"
 
 
 class ChildApprovals(BaseModel):
@@ -80,7 +77,6 @@ class SubAgents:
         self._clock = clock  # in a child: whether it works, for its parent's working time
         self._running: set[str] = set()
         self._told: tuple[list[PendingApproval], bool] | None = None
-        self.tells_waits = False  # `CHILD_WAITS`, as the child's first activation asked it
 
     async def run(self, call: ToolCallRecord, spec: ToolSpec, siblings: int) -> tuple[str, bool]:
         """Run the child session for one call; its answer, or an error result with its reason."""
@@ -90,15 +86,14 @@ class SubAgents:
             return f"invalid input for {call.name}: task: a non-empty string is required", True
         self.state.subagent_runs += 1
         child_id = call.child_session_id = f"{self.session.id}.sub-{self.state.subagent_runs}"
-        handle = await workflow.start_child_workflow(
+        handle = await self.session.temporal.start_child(
             workflow.info().workflow_type,  # the child runs this same workflow
             self._child_input(sub, task, call, siblings),
             id=child_id,
             result_type=SessionStatus,
-            **options.subagent(),
-            static_summary=f"sub-agent {sub.name} of {self.session.id}: {short(task, 120)}",
+            child_options=options.subagent(),
+            summary=f"sub-agent {sub.name} of {self.session.id}: {short(task, 120)}",
         )
-        self.session.meter.child_started()
         self._running.add(child_id)
         pauses = asyncio.create_task(self._pass_on_pauses(handle))
         try:
@@ -135,11 +130,7 @@ class SubAgents:
         if parent.cost_budget_usd is not None and priced:
             cost_left = max(1e-6, (parent.cost_budget_usd - (state.cost_usd or 0)) / share)
             update["cost_budget_usd"] = min(own.cost_budget_usd or cost_left, cost_left)
-        if self.session.meter.patched(WORKING_TIME):
-            time_left = parent.timeout_seconds - (state.worked(workflow.now()) - state.run_worked_from)
-        else:
-            started = state.run_started_at or workflow.now()
-            time_left = parent.timeout_seconds - (workflow.now() - started).total_seconds()
+        time_left = parent.timeout_seconds - (state.worked(workflow.now()) - state.run_worked_from)
         update["timeout_seconds"] = max(1.0, min(own.timeout_seconds, time_left))
         return own.model_copy(update=update)
 
@@ -149,7 +140,7 @@ class SubAgents:
         state.usage = state.usage + result.usage
         if state.cost_usd is not None and result.cost_usd is not None:
             state.cost_usd += result.cost_usd
-        self.session.meter.add(result.temporal_actions)
+        self.session.temporal.child_actions(result.temporal_actions)
         if result.status == "completed":
             return result.answer or "", False
         why = result.stop_reason or result.error or result.status
@@ -158,9 +149,9 @@ class SubAgents:
     async def _pass_on_pauses(self, handle: workflow.ChildWorkflowHandle[Any, SessionStatus]) -> None:
         paused = False
         while True:
-            await workflow.wait_condition(lambda: self.state.paused != paused)  # noqa: B023  (awaited here)
+            await self.session.temporal.wait(lambda: self.state.paused != paused)  # noqa: B023  (awaited here)
             paused = self.state.paused
-            await handle.signal(PAUSE if paused else RESUME)
+            await self.session.temporal.signal(handle, PAUSE if paused else RESUME)
 
     # ---- approvals, both ways --------------------------------------------------------------
 
@@ -190,16 +181,13 @@ class SubAgents:
         if (pending, waiting) == self._told:
             return
         self._told = (pending, waiting)
-        parent = workflow.get_external_workflow_handle(link.session_id)
         told = ChildApprovals(session_id=self.session.id, pending=pending, waiting=waiting)
-        signal = parent.signal(CHILD_APPROVALS, told)
+        signal = self.session.temporal.signal(link.session_id, CHILD_APPROVALS, told)
         # No reference kept: the workflow's event loop holds every task until it ends.
         asyncio.create_task(signal)  # noqa: RUF006
 
     def _waiting(self) -> bool:
         """In a child: whether it waits and does not work (an ended one says as it last said)."""
-        if not self.tells_waits:
-            return False
         if self.state.ending is not None:
             return self._told[1] if self._told is not None else False
         return not self._clock.working()
