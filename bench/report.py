@@ -753,6 +753,9 @@ def sizing_section(waiting: dict[str, dict[str, Any]], meta: dict[str, Any]) -> 
         numeric = [float(v) if isinstance(v, int | float) else None for v in values]
         growth = "" if key == "errors" else _growth(sizes, numeric)
         L.append(f"| {what} | " + " | ".join(cells) + f" | {growth} |")
+    kinds = {n: r["error_kinds"] for n, r in zip(sizes, rows, strict=True) if r.get("error_kinds")}
+    if kinds:
+        L += ["", "Errors by kind: " + "; ".join(f"N = {n:,}: {k}" for n, k in kinds.items()) + "."]
     L += ["", SIZING_END]
     return L
 

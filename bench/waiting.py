@@ -19,6 +19,7 @@ import os
 import statistics
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,9 +62,11 @@ async def _one(n: int, address: str, server: Any, fake: FakeModel, env: dict[str
     queue = f"scale-{n}-{uuid.uuid4().hex[:6]}"
     child_env = {**env, "TEMPORAL_ADDRESS": address, "TEMPORAL_TASK_QUEUE": queue, "ANTHROPIC_BASE_URL": fake.url,
                  "ANTHROPIC_API_KEY": "bench", "AGENT_API_USERS": str(users), "PYTHONUNBUFFERED": "1"}  # fmt: skip
-    worker = Child("worker", ["worker.py"], child_env, work / f"scale-{n}-worker.log")
+    worker = Child("worker", ["worker.py"], child_env, work / f"scale-{n}-worker.log", ready_line=False)
     port = free_port()
-    api = Child("api", ["api.py", "--port", str(port)], child_env, work / f"scale-{n}-api.log")
+    api = Child(
+        "api", ["api.py", "--port", str(port)], child_env, work / f"scale-{n}-api.log", ready_line=False
+    )
     client = await connect(target_host=address)
     try:
         await _ready(work / f"scale-{n}-worker.log", "worker on task queue", worker)
@@ -122,6 +125,12 @@ async def _gated(count: int, make: Callable[[int], Any]) -> list[Any]:
     return await asyncio.gather(*(one(i) for i in range(count)))
 
 
+def _kind(err: Exception) -> str:
+    """An error in a few words: its type, and an HTTP answer's status."""
+    status = getattr(getattr(err, "response", None), "status_code", None)
+    return type(err).__name__ + (f" {status}" if status is not None else "")
+
+
 async def _wait_count(client: Any, query: str, n: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while (await client.count_workflows(query)).count < n:
@@ -175,12 +184,13 @@ async def _measure(n: int, client: Any, queue: str, fake: FakeModel, worker: Chi
         f"TaskQueue = '{queue}' AND ExecutionStatus = 'Completed'") if e.close_time}  # fmt: skip
     latencies = [closed[s] - at for s, at in approved_at.items() if s in closed]
     errors += n - len(closed)
+    kinds = Counter(_kind(e) for e in [*starts, *approvals] if isinstance(e, Exception))
 
     def per_session(before: float | None, after: float | None) -> float | None:
         return None if before is None or after is None else (after - before) * 1024 / n
 
     return {
-        "sessions": n, "errors": errors, "all_waited": waiting, "all_completed": done,
+        "sessions": n, "errors": errors, "error_kinds": dict(kinds.most_common(5)), "all_waited": waiting, "all_completed": done,
         "start_per_s": n / start_s, "to_waiting_s": to_waiting_s,
         "worker_kb_per_session": per_session(worker_before, worker_after),
         "server_kb_per_session": per_session(server_before, server_after),
