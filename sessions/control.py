@@ -287,10 +287,13 @@ async def stuck_task(client: Client, h: WorkflowHandle, described: Any = None) -
 
 
 async def start_input(client: Client, h: WorkflowHandle) -> tuple[SessionInput, datetime]:
-    """The input the session's latest run started with, and when."""
+    """The input the session's latest run started with, and when; `SessionNotFound` when
+    the workflow is not a session (its type is not AgentWorkflow)."""
     try:
         async for event in h.fetch_history_events():
             attributes = event.workflow_execution_started_event_attributes
+            if attributes.workflow_type.name != SESSION_WORKFLOW:
+                raise SessionNotFound(h.id)
             [started] = await client.data_converter.decode(attributes.input.payloads, [SessionInput])
             return started, event.event_time.ToDatetime().replace(tzinfo=UTC)
     except RPCError as err:
