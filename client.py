@@ -30,6 +30,8 @@ from infra.model_names import DEFAULT_MODEL
 
 # ---- arguments -------------------------------------------------------------------------
 
+ON_BEHALF_OF = "for whom (recorded as on_behalf_of; decided_by is always cli:LOGIN, who ran it)"
+
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
@@ -166,18 +168,18 @@ def parser() -> argparse.ArgumentParser:
     approve.add_argument("session")
     approve.add_argument("tool_use_id")
     approve.add_argument("--input", type=json_object, help="approve with this input instead (a JSON object)")
-    approve.add_argument("--as", dest="decided_by", help="who decides (default cli:LOGIN)")
+    approve.add_argument("--as", dest="on_behalf_of", metavar="USER", help=ON_BEHALF_OF)
     deny = commands.add_parser("deny", help="deny a tool call; the model is told why")
     deny.add_argument("session")
     deny.add_argument("tool_use_id")
     deny.add_argument("--reason", help="why (the model sees it)")
-    deny.add_argument("--as", dest="decided_by", help="who decides (default cli:LOGIN)")
+    deny.add_argument("--as", dest="on_behalf_of", metavar="USER", help=ON_BEHALF_OF)
     for name, text in [("pause", "pause between units of work"), ("resume", "resume a paused session")]:
         commands.add_parser(name, help=text).add_argument("session")
     cancel = commands.add_parser("cancel", help="cancel the session and its work in flight")
     cancel.add_argument("session")
     cancel.add_argument("--reason", help="why")
-    cancel.add_argument("--as", dest="decided_by", help="who cancels (default cli:LOGIN)")
+    cancel.add_argument("--as", dest="on_behalf_of", metavar="USER", help=ON_BEHALF_OF)
 
     export = commands.add_parser("export", help="write the Temporal event history as JSON (replayable)")
     export.add_argument("session")

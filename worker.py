@@ -67,10 +67,10 @@ import os
 import signal
 import sys
 from datetime import timedelta
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from infra import extras, memory, otel, sizing
-from infra.arguments import positive_float, positive_int
+from infra.arguments import OneLineParser, listen_address, non_negative_float, positive_float, positive_int
 from infra.errors import AgentError, ConfigError
 
 if TYPE_CHECKING:
@@ -370,14 +370,8 @@ def check_definitions(definitions: Definitions, tools: list[Tool]) -> None:
             )
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        """A bad flag or value: one line, argparse's exit code."""
-        self.exit(2, f"error: {message} (see: {self.prog} --help)\n")
-
-
 def parse_args() -> argparse.Namespace:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="python worker.py",
         description=(__doc__ or "").partition("\n")[0],
         epilog=CAPACITY_HELP.format(machine=sizing.this_machine().describe()),
@@ -385,7 +379,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tools", default=DEFAULT_TOOLS, help="module:NAME of a list of tools")
     parser.add_argument("--sandbox", action="store_true", help="run the workflow in Temporal's sandbox")
     parser.add_argument(
-        "--metrics-port", metavar="[HOST:]PORT", type=otel.parse_listen,
+        "--metrics-port", metavar="[HOST:]PORT", type=listen_address,
         help="serve Prometheus metrics (ours and the Temporal SDK's) on this port (host default 127.0.0.1)",
     )  # fmt: skip
     parser.add_argument("--deployment", help="Worker Deployment name (with --build-id): a versioned worker")
@@ -408,7 +402,7 @@ def parse_args() -> argparse.Namespace:
              "its own timeout, or with --heartbeat-timeout",
     )  # fmt: skip
     parser.add_argument(
-        "--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS,
+        "--drain-seconds", type=non_negative_float, default=DEFAULT_DRAIN_SECONDS,
         help="on SIGTERM, seconds running model calls and tools get to finish (default: %(default)g)",
     )  # fmt: skip
     parser.add_argument(
@@ -450,6 +444,7 @@ async def main() -> None:
     from activities.providers import import_sdks
     from infra.connection import connect, task_queue
     from infra.definitions import load_definitions
+    from infra.live_auth import follower_key
 
     tools = load_tools(args.tools)
     workflow = load_workflow(args.workflow) if args.workflow else None
@@ -460,6 +455,8 @@ async def main() -> None:
         definitions = load_definitions()
         check_definitions(definitions, tools)
         notify = NotifyActivities.from_env()
+        if not args.no_live:
+            follower_key()  # the live text's key (AGENT_LIVE_SECRET or the data directory's), before connecting
         versioning = deployment_config(args.deployment, args.build_id)
         rate = model_calls_per_second(args.model_calls_per_second)
         metrics = otel.metrics(args.metrics_port, worker_heartbeat=args.worker_heartbeat)

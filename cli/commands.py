@@ -16,7 +16,7 @@ import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from pydantic import ValidationError
 
@@ -190,18 +190,23 @@ async def export(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
-def decided_by(args: argparse.Namespace) -> str:
-    """`--as USER`, by default `cli:<login name>`."""
-    return control.cli_user() if args.decided_by is None else args.decided_by
+class Deciders(TypedDict):
+    decided_by: str
+    on_behalf_of: str | None
+
+
+def deciders(args: argparse.Namespace) -> Deciders:
+    """Who decides: always `cli:<login name>`, who ran the command; `--as USER` is whom for."""
+    return {"decided_by": control.cli_user(), "on_behalf_of": args.on_behalf_of}
 
 
 async def decide(client: Client, args: argparse.Namespace) -> int:
     approving = args.command == "approve"
     try:
         if approving:
-            decision = Decision(tool_use_id=args.tool_use_id, decided_by=decided_by(args), input=args.input)
+            decision = Decision(tool_use_id=args.tool_use_id, input=args.input, **deciders(args))
         else:
-            decision = Decision(tool_use_id=args.tool_use_id, decided_by=decided_by(args), reason=args.reason)
+            decision = Decision(tool_use_id=args.tool_use_id, reason=args.reason, **deciders(args))
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
     update = AgentWorkflow.approve_call if approving else AgentWorkflow.deny_call
@@ -286,7 +291,7 @@ async def steer(client: Client, args: argparse.Namespace) -> int:
     """pause, resume or cancel."""
     if args.command == "cancel":
         try:
-            request = CancelRequest(reason=args.reason, decided_by=decided_by(args))
+            request = CancelRequest(reason=args.reason, **deciders(args))
         except ValidationError as err:
             raise UserError(describe_validation(err)) from None
         print(await control.act(client, args.session, AgentWorkflow.cancel_session, request))

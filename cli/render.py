@@ -81,7 +81,8 @@ def print_history(found: SessionHistory) -> None:
                     )
                 if call.decided_by:
                     verb = "approved" if call.approved else "decided"
-                    console.print(f"    [dim]{verb} by {escape(call.decided_by)}[/]")
+                    behalf = f" for {escape(call.on_behalf_of)}" if call.on_behalf_of else ""
+                    console.print(f"    [dim]{verb} by {escape(call.decided_by)}{behalf}[/]")
                 console.print(f"    {mark} {call.status}{took}: {escape(shorten(call.output or '', 160))}")
     final = found.status
     console.print(

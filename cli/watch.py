@@ -174,6 +174,7 @@ class Watcher:
         verb = "[green]approved[/]" if event.approved else "[yellow]denied[/]"
         why = f": {escape(event.reason)}" if event.reason else ""
         who = f" by {escape(event.decided_by)}" if event.decided_by else ""
+        who += f" for {escape(event.on_behalf_of)}" if event.on_behalf_of else ""
         console.print(f"  {verb} {event.name} ({event.tool_use_id}){who}{why}")
         if event.input is not None:
             console.print(f"    [yellow]with an edited input:[/] {escape(shorten(event.input, 160))}")

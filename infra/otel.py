@@ -234,12 +234,6 @@ def _otlp_metrics_reader() -> Any:
     return PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=interval)
 
 
-def parse_listen(value: str) -> tuple[str, int]:
-    """`PORT` (on 127.0.0.1) or `HOST:PORT`, for --metrics-port."""
-    host, _, port = value.rpartition(":")
-    return host or "127.0.0.1", int(port)
-
-
 async def run_beside(metrics_: Metrics | None, main: Any) -> None:
     """Run `main` (a coroutine) with the metrics exporter draining beside it."""
     if metrics_ is None:

@@ -66,6 +66,7 @@ STUCK_QUERY_TIMEOUT = timedelta(seconds=3)
 # `list` asks each running session for its billable actions this briefly.
 LIST_QUERY_TIMEOUT = timedelta(seconds=3)
 RUNNING_STATUSES = ("running", "paused", "waiting_approval", "waiting_input")
+SESSION_WORKFLOW = "AgentWorkflow"  # the workflow type of every session (workflows/agent.py)
 
 
 def cli_user() -> str:
@@ -140,10 +141,15 @@ def initial_search_attributes(session_input: SessionInput) -> TypedSearchAttribu
 
 
 async def describe(h: WorkflowHandle) -> Any:
+    """The session's description; `SessionNotFound` when there is no workflow with its id,
+    or the workflow is not a session (a notification's, a workflow of another program)."""
     try:
-        return await h.describe()
+        described = await h.describe()
     except RPCError as err:
         raise _not_found(err, h.id) from None
+    if described.workflow_type != SESSION_WORKFLOW:
+        raise SessionNotFound(h.id)
+    return described
 
 
 async def status(client: Client, session_id: str) -> SessionStatus:
@@ -193,6 +199,7 @@ async def history(client: Client, session_id: str) -> SessionHistory:
     session that has closed with a result takes its status and `temporal_actions` from the
     result, as `status` does (a replay does not see the refusals its worker counted)."""
     h = handle(client, session_id)
+    await describe(h)  # a workflow that is not a session is not found, not a failed query
     found = await whole_history(await query(h, AgentWorkflow.history))
     ended = await closed_status(client, h.id, await describe(h))
     if ended is None:
@@ -280,10 +287,13 @@ async def stuck_task(client: Client, h: WorkflowHandle, described: Any = None) -
 
 
 async def start_input(client: Client, h: WorkflowHandle) -> tuple[SessionInput, datetime]:
-    """The input the session's latest run started with, and when."""
+    """The input the session's latest run started with, and when; `SessionNotFound` when
+    the workflow is not a session (its type is not AgentWorkflow)."""
     try:
         async for event in h.fetch_history_events():
             attributes = event.workflow_execution_started_event_attributes
+            if attributes.workflow_type.name != SESSION_WORKFLOW:
+                raise SessionNotFound(h.id)
             [started] = await client.data_converter.decode(attributes.input.payloads, [SessionInput])
             return started, event.event_time.ToDatetime().replace(tzinfo=UTC)
     except RPCError as err:
@@ -351,7 +361,7 @@ async def list_sessions(
 ) -> list[dict[str, Any]]:
     """Sessions, newest first, as rows of the search attributes and their billable actions
     (`actions`); running ones whose task keeps failing say `stuck`."""
-    clauses = ["WorkflowType = 'AgentWorkflow'"]
+    clauses = [f"WorkflowType = '{SESSION_WORKFLOW}'"]
     if (status not in (None, "stuck") or user is not None) and not await has_search_attributes(client):
         raise BadRequest("filtering needs the Agent* search attributes on this namespace; see the README")
     for key, value in (("AgentStatus", status if status != "stuck" else None), ("AgentUser", user)):

@@ -17,6 +17,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
 from activities.wire import Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock, Usage
 from infra.datadir import read_effects
+from sessions import control
 from sessions.fork import forked_state
 from tests.conftest import ROOT, Harness, answer, tool_use
 from tests.support.reliability import record
@@ -184,7 +185,7 @@ async def test_a_subagent_is_charged_to_its_parent_and_decided_through_it(harnes
     decided = (
         await harness.client.get_workflow_handle_for(AgentWorkflow.run, child).query(AgentWorkflow.history)
     ).tool_calls[0]
-    assert decided.decided_by == "carol"
+    assert (decided.decided_by, decided.on_behalf_of) == (control.cli_user(), "carol")
     record(
         AREA,
         "a sub-agent (child session PARENT.sub-1) whose email needs approval",

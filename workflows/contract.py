@@ -23,6 +23,9 @@ FINAL_STATUSES = ("completed", "stopped", "failed", "cancelled")
 STUCK = "stuck"
 # The error type of an update refused because an edited tool input breaks the tool's schema.
 INVALID_TOOL_INPUT = "InvalidToolInput"
+# The `decided_by` of a call denied because no one decided before its approval deadline:
+# the session's own, which no caller may record (workflows/actions.py `check_decider`).
+TIMED_OUT = "timeout"
 SessionStopReason = Literal["max_steps", "token_budget", "timeout", "cost_budget", "max_tokens", "refusal"]
 MAX_FALLBACK_MODELS = 5
 DEFAULT_SYSTEM = "You are a careful assistant. Use the tools when they help, then answer briefly."
@@ -334,13 +337,16 @@ class Decision(BaseModel):
     reason: str | None = Field(default=None, max_length=2000)
     # Approve with this input instead of the model's (checked against the tool's schema).
     input: dict[str, Any] | None = None
-    # Who decided: the API user, or the CLI's --as; None for a bare signal.
+    # Who decided: the API user, or `cli:<login>` from the command line; None for a bare signal.
     decided_by: str | None = Field(default=None, max_length=200)
+    # Whom the decider acted for: the command line's `--as USER` (never in place of decided_by).
+    on_behalf_of: str | None = Field(default=None, max_length=200)
 
 
 class CancelRequest(BaseModel):
     reason: str | None = Field(default=None, max_length=2000)
     decided_by: str | None = Field(default=None, max_length=200)
+    on_behalf_of: str | None = Field(default=None, max_length=200)
 
 
 AgentSpec.model_rebuild()

@@ -82,6 +82,7 @@ class DecisionRecorded(WorkflowEvent):
     # Set when a person approved with an edited input: what the tool runs with.
     input: dict[str, Any] | None = None
     decided_by: str | None = None
+    on_behalf_of: str | None = None
 
 
 class Sleeping(WorkflowEvent):

@@ -80,6 +80,7 @@ class ToolCallRecord(BaseModel):
     # The input a person approved instead of the model's `input`: what the tool ran with.
     approved_input: dict[str, Any] | None = None
     decided_by: str | None = None
+    on_behalf_of: str | None = None  # whom `decided_by` acted for (the command line's --as)
     # Why the call did or did not wait for a person: `required` (the tool's rule or the
     # agent's "always") or `auto` (no rule, or the agent's "never").
     approval: Literal["required", "auto"] | None = None

@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.tools import ToolActivities
     from activities.wire import Message, ToolOutcome, ToolRequest, ToolResultBlock, ToolSpec, ToolUseBlock
     from workflows import options
-    from workflows.contract import CallStatus, ToolCallRecord
+    from workflows.contract import TIMED_OUT, CallStatus, ToolCallRecord
     from workflows.events import ApprovalRequested, DecisionRecorded, ToolCallEnded, ToolCallStarted
     from workflows.outcomes import HandOver
     from workflows.records import SLEEP, WAIT_FOR_EVENT, PendingApproval
@@ -33,8 +33,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.typed_output import FINAL_ANSWER, TypedAnswers
     from workflows.waits import Waits, check_input, is_wait, with_waits
 
-# `decided_by` of a call denied because no one decided before its approval deadline.
-TIMEOUT = "timeout"
 # From this many identical calls on, the model is told that it repeats itself.
 REPEAT_NOTE_AT = 3
 
@@ -139,7 +137,7 @@ class ToolRunner:
             await self._wait_for_decision(call)
         if call.status == "waiting_approval":
             raise HandOver()  # a long wait: the next run waits on
-        if call.status == "denied" and call.decided_by == TIMEOUT:
+        if call.status == "denied" and call.decided_by == TIMED_OUT:
             return self._close(call, "denied", f"denied: {call.reason}")
         if call.status == "denied":
             return self._close(call, "denied", f"denied by a person: {call.reason or 'no reason given'}")
@@ -165,12 +163,12 @@ class ToolRunner:
 
     def _deny_by_timeout(self, call: ToolCallRecord) -> None:
         timeout = self.session.input.limits.approval_timeout_seconds or 0
-        call.status, call.decided_by = "denied", TIMEOUT
+        call.status, call.decided_by = "denied", TIMED_OUT
         call.reason = f"no decision within {fmt_duration(timeout)}"
         self.session.view.publish(
             DecisionRecorded(
                 tool_use_id=call.tool_use_id, name=call.name, approved=False, reason=call.reason,
-                decided_by=TIMEOUT,
+                decided_by=TIMED_OUT,
             )
         )  # fmt: skip
         self.session.view.changed()
