@@ -23,7 +23,7 @@ from tests.support.reliability import record
 from tests.test_watch import EMAIL, cli_env, wait_for_status
 from workflows.agent import AgentWorkflow
 from workflows.contract import SessionHistory, SessionStatus
-from workflows.records import PendingApproval, ReceivedEvent, ToolCallRecord, TraceTurn
+from workflows.records import OutputStreak, PendingApproval, ReceivedEvent, ToolCallRecord, TraceTurn
 from workflows.state import Ending, SessionState
 
 AREA = "Agents"
@@ -292,7 +292,13 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
     goal = Message(role="user", content=[TextBlock(text="the goal")])
     calls = {
         f"u{i}": ToolCallRecord(
-            tool_use_id=f"u{i}", step=i, name="save_note", input=NOTE, status="done", output="saved"
+            tool_use_id=f"u{i}",
+            step=i,
+            name="save_note",
+            input=NOTE,
+            status="done",
+            output="saved",
+            output_digest="d",
         )
         for i in (1, 2)
     }
@@ -305,6 +311,7 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
         child_approvals={"s.sub-2": [PendingApproval(tool_use_id="c", name="n", input={})]}, child_waits=["s.sub-2"],
         worked_seconds=12.5, working_since=t0, run_worked_from=2.0,
         undelivered_events=[ReceivedEvent(name="build", data={"ok": True}, at=t0)],
+        output_streaks={"save_note": OutputStreak(digest="d", count=2)},
     )  # fmt: skip
     fork = forked_state("s", source, 1, None)
 
@@ -315,6 +322,7 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
     assert list(fork.calls) == ["u1"] and fork.trace == source.trace[:1] and fork.steps == 1
     assert fork.usage == Usage(input_tokens=10, output_tokens=1) and fork.cost_usd == 0.5
     assert fork.transcript_resends == 1 and fork.repeats == {calls["u1"].repeat_key(): 1}
+    assert fork.output_streaks == {"save_note": OutputStreak(digest="d", count=1)}
     assert (fork.user_turns, fork.answer) == (1, None)
     # a new session's first run
     assert (fork.runs, fork.paused, fork.idle, fork.closing, fork.queue) == (0, False, False, False, [])
@@ -334,7 +342,7 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
                "transcript_resends", "repeats", "user_turns", "answer", "runs", "paused", "idle", "closing", "queue",
                "run_started_at", "cancel_requested", "ending", "updated_at", "stream_state", "child_approvals",
                "child_waits", "model_in_use", "worked_seconds", "working_since", "run_worked_from",
-               "undelivered_events"}  # fmt: skip
+               "undelivered_events", "output_streaks"}  # fmt: skip
     for field in SessionState.model_fields.keys() - changed:
         assert getattr(fork, field) == getattr(source, field), field
     # and shares nothing with the source

@@ -7,14 +7,14 @@ import json
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from activities.wire import ContentBlock, DocumentBlock, ImageBlock, Message, StoredSource, Usage
 from activities.wire import ModelSettings as ModelSettings  # a wire type, re-exported
 from infra.model_names import DEFAULT_MODEL
 from workflows.records import CallStatus as CallStatus  # a wire type, re-exported
 from workflows.records import Fallback as Fallback  # a wire type, re-exported
-from workflows.records import Notifications, PendingApproval, RunStatus, ToolCallRecord, TraceTurn
+from workflows.records import Notifications, PendingApproval, Repeat, RunStatus, ToolCallRecord, TraceTurn
 from workflows.state import SessionState
 
 FINAL_STATUSES = ("completed", "stopped", "failed", "cancelled")
@@ -23,7 +23,9 @@ FINAL_STATUSES = ("completed", "stopped", "failed", "cancelled")
 STUCK = "stuck"
 # The error type of an update refused because an edited tool input breaks the tool's schema.
 INVALID_TOOL_INPUT = "InvalidToolInput"
-SessionStopReason = Literal["max_steps", "token_budget", "timeout", "cost_budget", "max_tokens", "refusal"]
+SessionStopReason = Literal[
+    "max_steps", "token_budget", "timeout", "cost_budget", "max_tokens", "refusal", "loop"
+]
 MAX_FALLBACK_MODELS = 5
 DEFAULT_SYSTEM = "You are a careful assistant. Use the tools when they help, then answer briefly."
 
@@ -65,6 +67,15 @@ class Limits(BaseModel):
 ApprovalRule = Literal["always", "never", "tool"]
 
 
+class LoopPolicy(BaseModel):
+    """What a session does when the model repeats a call (workflows/loops.py): from the
+    `after`-th repeat on, tell the model (`note`), ask a person (`ask`) or stop (`stop`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    after: int = Field(ge=2, le=1000)
+    action: Literal["note", "ask", "stop"]
+
+
 class AgentSpec(BaseModel):
     """The agent a session runs, resolved from the definitions when it starts and recorded
     in its input: a later edit of the definitions never changes a running session. MCP
@@ -101,6 +112,7 @@ class SubAgent(BaseModel):
     model_settings: ModelSettings | None = None
     fallback_models: list[str] = Field(default_factory=list)
     fallback_prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    loop_policy: LoopPolicy | None = None
 
 
 class Attachment(BaseModel):
@@ -171,6 +183,8 @@ class SessionInput(BaseModel):
     notify: list[str] = Field(default_factory=list, max_length=10)
     # Thinking, temperature, top_p, stop sequences, tool choice (None: the model's defaults).
     model_settings: ModelSettings | None = None
+    # What a repeated call does (None: the model is told at the third identical call).
+    loop_policy: LoopPolicy | None = None
     # The session's state: filled in by the session itself when it continues as new, or
     # by `fork` with the state of another session after one of its steps.
     state: SessionState | None = None
@@ -313,6 +327,8 @@ class SessionStatus(BaseModel):
     # While `sleep` runs: when it wakes. While `wait_for_event` runs: what it waits for.
     wake_at: datetime | None = None
     waiting_for: WaitingFor | None = None
+    # The calls the model repeats, most repeated first (workflows/loops.py).
+    repeats: list[Repeat] = Field(default_factory=list)
 
 
 class SessionHistory(BaseModel):

@@ -71,6 +71,8 @@ class ToolCallEnded(WorkflowEvent):
 
 class ApprovalRequested(_CallEvent):
     type: Literal["approval"] = "approval"
+    # Why it waits when no rule asked for a person: it repeats (the loop policy's `ask`).
+    reason: str | None = None
 
 
 class DecisionRecorded(WorkflowEvent):

@@ -51,6 +51,24 @@ class PendingApproval(BaseModel):
     input: dict[str, Any]
     # The session the call belongs to: this one, or one of its sub-agents.
     session_id: str | None = None
+    # Why it waits when no rule asked for a person: the loop policy's `ask` (workflows/loops.py).
+    reason: str | None = None
+
+
+class Repeat(BaseModel):
+    """A call the model repeats (workflows/loops.py): the same input `count` times over the
+    session (`input`), or the same output `count` times in a row (`output`)."""
+
+    name: str
+    kind: Literal["input", "output"]
+    count: int
+
+
+class OutputStreak(BaseModel):
+    """How many of a tool's latest calls in a row returned the same output (its digest)."""
+
+    digest: str
+    count: int = 1
 
 
 class ReceivedEvent(BaseModel):
@@ -90,6 +108,9 @@ class ToolCallRecord(BaseModel):
     # for a person, its wake time while `sleep` runs, its timeout while `wait_for_event` runs.
     # Kept absolute, so a continue-as-new or a worker crash never restarts the wait.
     deadline: datetime | None = None
+    # Under a loop policy (workflows/loops.py): why the call is a repeat, and its output's digest.
+    repeat_reason: str | None = None
+    output_digest: str | None = None
 
     def in_wait(self, tool: str) -> bool:
         """Whether this is a durable wait (`sleep`, `wait_for_event`) that has started and not ended."""

@@ -19,6 +19,7 @@ from workflows.records import (
     SLEEP,
     WAIT_FOR_EVENT,
     Notifications,
+    OutputStreak,
     PendingApproval,
     ReceivedEvent,
     RunStatus,
@@ -52,6 +53,8 @@ class SessionState(BaseModel):
     calls: dict[str, ToolCallRecord] = Field(default_factory=dict)
     trace: list[TraceTurn] = Field(default_factory=list)
     repeats: dict[str, int] = Field(default_factory=dict)
+    # Under a loop policy: each tool's latest run of calls that returned the same output.
+    output_streaks: dict[str, OutputStreak] = Field(default_factory=dict)
     steps: int = 0
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float | None = None
@@ -172,9 +175,12 @@ class SessionState(BaseModel):
     def pending_approvals(self, session_id: str) -> list[PendingApproval]:
         """This session's calls waiting for a person, then those of its sub-agents."""
         own = [
-            PendingApproval(tool_use_id=c.tool_use_id, name=c.name, input=c.input, session_id=session_id)
+            PendingApproval(
+                tool_use_id=c.tool_use_id, name=c.name, input=c.input, session_id=session_id,
+                reason=c.repeat_reason,
+            )
             for c in self.waiting()
-        ]
+        ]  # fmt: skip
         return own + [p for pending in self.child_approvals.values() for p in pending]
 
     def unanswered_uses(self) -> list[ToolUseBlock]:

@@ -122,7 +122,7 @@ class SubAgents:
             limits=self._shared_limits(sub.limits, _priced(sub), siblings), price=sub.price,
             fallback_models=sub.fallback_models, fallback_prices=sub.fallback_prices,
             tools=sub.tools, agent=sub.agent, search_attributes=parent.search_attributes,
-            model_settings=sub.model_settings,
+            model_settings=sub.model_settings, loop_policy=sub.loop_policy,
             parent=ParentLink(session_id=self.session.id, tool_use_id=call.tool_use_id),
         )  # fmt: skip
 

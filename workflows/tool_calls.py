@@ -24,9 +24,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows import options, spans
     from workflows.contract import CallStatus, ToolCallRecord
     from workflows.events import ApprovalRequested, DecisionRecorded, ToolCallEnded, ToolCallStarted
+    from workflows.loops import STOP_REASON, Loops
     from workflows.metering import current_task, history_length
     from workflows.records import SLEEP, WAIT_FOR_EVENT, PendingApproval
     from workflows.session import (
+        Finished,
         HandOver,
         Session,
         describe_failure,
@@ -43,8 +45,6 @@ with workflow.unsafe.imports_passed_through():
 
 # `decided_by` of a call denied because no one decided before its approval deadline.
 TIMEOUT = "timeout"
-# From this many identical calls on, the model is told that it repeats itself.
-REPEAT_NOTE_AT = 3
 
 
 class ToolRunner:
@@ -62,9 +62,13 @@ class ToolRunner:
         self._wants_handover = wants_handover
         self._siblings = 0  # sub-agent calls in the response being run: they share the budget
         self.waits = Waits(session, self._idle_enough_to_hand_over)
+        self.loops = Loops(session.state, session.input.loop_policy)
 
     async def run_all(self, uses: list[ToolUseBlock]) -> None:
         """Run one response's calls concurrently; their results go back in the model's order."""
+        if (repeat := self.loops.stopping([self.state.calls[u.id] for u in uses])) is not None:
+            self._close(repeat, "not_run", f"not run: the session stopped: {repeat.repeat_reason}")
+            raise Finished("stopped", stop_reason=STOP_REASON)
         self._siblings = sum(1 for u in uses if (s := self.state.spec(u.name)) is not None and s.subagent)
         results = await asyncio.gather(*(self._settle(self.state.calls[u.id]) for u in uses))
         self.state.append(Message(role="user", content=list(results)), sent=False)
@@ -80,7 +84,7 @@ class ToolRunner:
 
     async def _settle_open(self, call: ToolCallRecord) -> ToolResultBlock:
         if call.status == "pending" and call.ended_at is None and call.started_at is None:
-            self._count_repeat(call)
+            self.loops.count(call)
             self.session.view.publish(
                 ToolCallStarted(tool_use_id=call.tool_use_id, name=call.name, input=call.input)
             )
@@ -91,7 +95,8 @@ class ToolRunner:
         if spec is None:
             names = ", ".join(s.name for s in self.state.specs) or "none"
             return self._close(call, "error", f"unknown tool {call.name!r}; available tools: {names}")
-        call.policy, call.requires_approval = spec.policy, self._needs_approval(call, spec)
+        call.policy = spec.policy
+        call.requires_approval = self._needs_approval(call, spec) or self.loops.asks(call)
         call.approval = "required" if call.requires_approval else "auto"
         if call.requires_approval and not call.approved:
             refused = await self._approval(call)
@@ -105,15 +110,6 @@ class ToolRunner:
         agent = self.session.input.agent
         rule = agent.approval_rule(call.name) if agent is not None else "tool"
         return spec.requires_approval if rule == "tool" else rule == "always"
-
-    def _count_repeat(self, call: ToolCallRecord) -> None:
-        # Counted again at the end: the most recent calls' keys are the last ones, those a
-        # handover keeps (workflows/archive.py).
-        key, repeats = call.repeat_key(), self.state.repeats
-        count = repeats.pop(key, None)
-        if count is None:
-            count = repeats.pop(call.plain_repeat_key(), 0)
-        repeats[key] = call.repeats = count + 1
 
     def _request(self, call: ToolCallRecord) -> ToolRequest:
         return ToolRequest(
@@ -138,10 +134,14 @@ class ToolRunner:
                 call.deadline = workflow.now() + timedelta(seconds=timeout)
             self.session.view.changed()
             self.session.view.publish(
-                ApprovalRequested(tool_use_id=call.tool_use_id, name=call.name, input=call.input)
+                ApprovalRequested(
+                    tool_use_id=call.tool_use_id, name=call.name, input=call.input, reason=call.repeat_reason
+                )
             )
             self.session.notifier.approval_requested(
-                PendingApproval(tool_use_id=call.tool_use_id, name=call.name, input=call.input)
+                PendingApproval(
+                    tool_use_id=call.tool_use_id, name=call.name, input=call.input, reason=call.repeat_reason
+                )
             )
         with spans.approval_span(self.session, call):
             await self._wait_for_decision(call)
@@ -327,12 +327,7 @@ class ToolRunner:
         if call.approved_input is not None:
             edited = json.dumps(call.approved_input, ensure_ascii=False, sort_keys=True)
             content = f"[a person edited the input before approving; the tool ran with {edited}]\n{content}"
-        if call.repeats >= REPEAT_NOTE_AT:
-            content += (
-                f"\n[note: this exact call ({call.name} with the same input) has now been made "
-                f"{call.repeats} times; you are repeating yourself, try a different approach]"
-            )
-        return content
+        return content + self.loops.ended(call, outcome.content, outcome.is_error)
 
     async def _activity(self, spec: ToolSpec, request: ToolRequest, summary: str) -> ToolOutcome:
         if spec.server is not None:

@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import search
     from workflows.contract import RunStatus, SessionHistory, SessionInput, SessionStatus, WaitingFor
     from workflows.events import StatusChanged, WorkflowEvent
+    from workflows.loops import repeats_seen
     from workflows.metering import Meter
     from workflows.records import SLEEP, WAIT_FOR_EVENT
     from workflows.state import SessionState
@@ -177,6 +178,7 @@ class SessionView:
             worked_seconds=round(state.worked(workflow.now()), 3),
             wake_at=next((c.deadline for c in state.in_waits(SLEEP)), None),
             waiting_for=self._waiting_for(),
+            repeats=repeats_seen(state),
         )
 
     def _waiting_for(self) -> WaitingFor | None:
