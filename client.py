@@ -66,6 +66,10 @@ def add_session_flags(command: argparse.ArgumentParser) -> None:
         "--approval-timeout", type=positive_float,
         help="deny a call no one decides on within this many seconds (default: it waits)",
     )  # fmt: skip
+    command.add_argument(
+        "--on-limit", choices=("stop", "ask"),
+        help="at max-steps, token-budget or cost-budget: stop (default), or wait for `raise`",
+    )  # fmt: skip
     command.add_argument("--max-tokens", type=positive_int, help="max_tokens per model call (default 4096)")
     command.add_argument(
         "--model-timeout", type=positive_float, help="seconds one model call attempt may take (default 120)"
@@ -178,6 +182,20 @@ def parser() -> argparse.ArgumentParser:
     cancel.add_argument("session")
     cancel.add_argument("--reason", help="why")
     cancel.add_argument("--as", dest="decided_by", help="who cancels (default cli:LOGIN)")
+
+    raising = commands.add_parser(
+        "raise", help="raise a limit of a session (one waiting at it goes on), or --decline"
+    )
+    raising.add_argument("session")
+    new_limit = raising.add_mutually_exclusive_group(required=True)
+    new_limit.add_argument("--max-steps", type=positive_int, help="the new most model calls")
+    new_limit.add_argument("--token-budget", type=positive_int, help="the new most tokens")
+    new_limit.add_argument("--cost-budget", type=positive_float, help="the new most USD")
+    new_limit.add_argument(
+        "--decline", action="store_true", help="no more: the session waiting at a limit stops"
+    )
+    raising.add_argument("--reason", help="why, with --decline")
+    raising.add_argument("--as", dest="decided_by", help="who decides (default cli:LOGIN)")
 
     export = commands.add_parser("export", help="write the Temporal event history as JSON (replayable)")
     export.add_argument("session")

@@ -30,7 +30,17 @@ from sessions.archive import whole_state
 from sessions.fork import forked_input
 from sessions.pricing import price_for
 from workflows.agent import AgentWorkflow
-from workflows.contract import CancelRequest, Decision, EventInput, SessionInput, SessionStatus, UserMessage
+from workflows.contract import (
+    CancelRequest,
+    Decision,
+    EventInput,
+    LimitDecline,
+    LimitName,
+    LimitRaise,
+    SessionInput,
+    SessionStatus,
+    UserMessage,
+)
 
 EXIT_NOT_COMPLETED = 2
 UserError = BadRequest  # a mistake the person can fix; printed as one line
@@ -89,6 +99,7 @@ def resolve_start(args: argparse.Namespace) -> SessionInput:
         "summarize_dropped": args.summarize_dropped or None,
         "idle_timeout_seconds": args.idle_timeout,
         "notify": args.notify,
+        "on_limit": args.on_limit,
     }
     if args.output_schema is not None:
         fields["output_schema"] = start_input.read_schema_file(args.output_schema)
@@ -273,6 +284,26 @@ async def steer(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+async def raise_limit(client: Client, args: argparse.Namespace) -> int:
+    """A new limit (`--max-steps`, `--token-budget`, `--cost-budget`), or `--decline`."""
+    try:
+        if args.decline:
+            decline = LimitDecline(reason=args.reason, decided_by=decided_by(args))
+            print(await control.act(client, args.session, AgentWorkflow.decline_limit, decline))
+            return 0
+        if args.reason is not None:
+            raise UserError("--reason goes with --decline")
+        given: list[tuple[LimitName, float | None]] = [
+            ("max_steps", args.max_steps), ("token_budget", args.token_budget), ("cost_budget", args.cost_budget)
+        ]  # fmt: skip
+        name, value = next((name, value) for name, value in given if value is not None)
+        request = LimitRaise(name=name, value=value, decided_by=decided_by(args))
+    except ValidationError as err:
+        raise UserError(describe_validation(err)) from None
+    print(await control.act(client, args.session, AgentWorkflow.raise_limit, request))
+    return 0
+
+
 async def watch(client: Client, args: argparse.Namespace) -> int:
     handle = control.handle(client, args.session)
     await control.describe(handle)
@@ -307,6 +338,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], Awaitable[int]]] = {
     "send": send,
     "close": close,
     "event": event,
+    "raise": raise_limit,
     "export": export,
     "list": list_sessions,
     "agents": list_agents,

@@ -25,11 +25,13 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.workflow_streams import WorkflowStream
 
     from activities.wire import ContentBlock, Message, TextBlock
-    from workflows import actions, archive, spans
+    from workflows import actions, archive, budgets, spans
     from workflows.contract import (
         CancelRequest,
         Decision,
         EventInput,
+        LimitDecline,
+        LimitRaise,
         SessionHistory,
         SessionInput,
         SessionStatus,
@@ -42,7 +44,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows.options import DESCRIBE_TOOLS_ATTEMPTS
     from workflows.session import Finished, HandOver, Session, describe_failure, fmt_duration
     from workflows.state import SessionState
-    from workflows.subagents import CHILD_APPROVALS, CHILD_WAITS, ChildApprovals, SubAgents, subagent_specs
+    from workflows.subagents import (
+        CHILD_APPROVALS,
+        CHILD_SPEND,
+        CHILD_WAITS,
+        ChildApprovals,
+        SubAgents,
+        subagent_specs,
+    )
     from workflows.tool_calls import ToolRunner, describe_tools, list_mcp_tools, wait_while_paused
     from workflows.typed_output import FINAL_ANSWER, TypedAnswers, answer_spec
     from workflows.view import SessionView
@@ -77,6 +86,7 @@ class AgentWorkflow:
         self.subagents = SubAgents(self.session, self.clock)
         self.typed = TypedAnswers(self.session) if input.output_schema is not None else None
         self.tools = ToolRunner(self.session, self.subagents, self._wants_handover, self.typed)
+        self.budgets = budgets.Budgets(self.session, self._wants_handover)
         view.on_change = self.subagents.tell_parent
 
     @workflow.run
@@ -88,6 +98,7 @@ class AgentWorkflow:
         self.bounded_handover = self.meter.patched(archive.BOUNDED_HANDOVER)
         if input.parent is not None:
             self.subagents.tells_waits = self.meter.patched(CHILD_WAITS)
+            self.subagents.tells_spend = self.meter.patched(CHILD_SPEND)
         self.session.view.changed()
         spans.session_started(self.session)
         handover = False
@@ -219,6 +230,31 @@ class AgentWorkflow:
     @workflow.signal(name="event")
     def event(self, event: EventInput | None = None) -> None:
         actions.signalled(self.session, "event", actions.check_event, actions.take_event, event)
+
+    @workflow.update(name="raise_limit")
+    def raise_limit(self, request: LimitRaise) -> str:
+        return budgets.raise_limit(self.session, request)
+
+    @raise_limit.validator
+    def _check_raise_limit(self, request: LimitRaise) -> None:
+        budgets.check_raise(self.session, request)
+
+    @workflow.signal(name="raise")
+    def raise_(self, request: LimitRaise | None = None) -> None:
+        actions.signalled(self.session, "raise", budgets.check_raise, budgets.raise_limit, request)
+
+    @workflow.update(name="decline_limit")
+    def decline_limit(self, request: LimitDecline) -> str:
+        return budgets.decline_limit(self.session, request)
+
+    @decline_limit.validator
+    def _check_decline_limit(self, request: LimitDecline) -> None:
+        budgets.check_decline(self.session, request)
+
+    @workflow.signal(name="decline")
+    def decline(self, request: LimitDecline | None = None) -> None:
+        request = request or LimitDecline()  # a bare decline: no reason given
+        actions.signalled(self.session, "decline", budgets.check_decline, budgets.decline_limit, request)
 
     @workflow.update(name="close_session")
     def close_session(self) -> str:
@@ -385,17 +421,18 @@ class AgentWorkflow:
             await wait_while_paused(self.session)
             if uses := state.unanswered_uses():
                 await self.tools.run_all(uses)
-                self.model.check_budgets()  # sub-agents spend the session's tokens too
+                await self.budgets.check()  # sub-agents spend the session's tokens too
                 if self.typed is not None:
                     self.typed.after_tools()
                 continue
             if self._wants_handover():
                 raise HandOver()
-            if state.steps >= self.session.input.limits.max_steps:
-                raise Finished("stopped", stop_reason="max_steps")
+            if state.steps >= self.session.limits.max_steps:
+                await self.budgets.at_max_steps()
+                continue
             reply = await self.model.call()
             self.model.record(reply)
-            self.model.check_budgets()
+            await self.budgets.check()
             stop = reply.stop_reason
             if stop == "tool_use" and reply.message.tool_uses():
                 continue  # its tools run at the top of the loop

@@ -14,7 +14,15 @@ from activities.wire import ModelSettings as ModelSettings  # a wire type, re-ex
 from infra.model_names import DEFAULT_MODEL
 from workflows.records import CallStatus as CallStatus  # a wire type, re-exported
 from workflows.records import Fallback as Fallback  # a wire type, re-exported
-from workflows.records import Notifications, PendingApproval, Repeat, RunStatus, ToolCallRecord, TraceTurn
+from workflows.records import (
+    LimitReached,
+    Notifications,
+    PendingApproval,
+    Repeat,
+    RunStatus,
+    ToolCallRecord,
+    TraceTurn,
+)
 from workflows.state import SessionState
 
 FINAL_STATUSES = ("completed", "stopped", "failed", "cancelled")
@@ -62,6 +70,25 @@ class Limits(BaseModel):
     model_timeout_seconds: float = Field(default=120, ge=1, le=3600)
     # A call that waits for approval this long (wall time) is denied; None: it waits on.
     approval_timeout_seconds: float | None = Field(default=None, gt=0, le=365 * 24 * 3600)
+
+    def raised(self, raised: dict[str, float]) -> Limits:
+        """These limits with the ones a person raised (`SessionState.raised_limits`)."""
+        if not raised:
+            return self
+        update = {
+            LIMIT_FIELDS[name]: value if name == "cost_budget" else int(value)
+            for name, value in raised.items()
+        }
+        return self.model_copy(update=update)
+
+
+# The limits `on_limit = "ask"` waits at, by their names in `raise_limit`, and their `Limits` fields.
+LimitName = Literal["max_steps", "token_budget", "cost_budget"]
+LIMIT_FIELDS: dict[str, str] = {
+    "max_steps": "max_steps",
+    "token_budget": "token_budget",
+    "cost_budget": "cost_budget_usd",
+}
 
 
 ApprovalRule = Literal["always", "never", "tool"]
@@ -185,6 +212,8 @@ class SessionInput(BaseModel):
     model_settings: ModelSettings | None = None
     # What a repeated call does (None: the model is told at the third identical call).
     loop_policy: LoopPolicy | None = None
+    # At max_steps, token_budget or cost_budget: stop (None too), or ask a person to raise it.
+    on_limit: Literal["stop", "ask"] | None = None
     # The session's state: filled in by the session itself when it continues as new, or
     # by `fork` with the state of another session after one of its steps.
     state: SessionState | None = None
@@ -329,6 +358,8 @@ class SessionStatus(BaseModel):
     waiting_for: WaitingFor | None = None
     # The calls the model repeats, most repeated first (workflows/loops.py).
     repeats: list[Repeat] = Field(default_factory=list)
+    # The limit a session with on_limit "ask" waits at (`waiting_budget`), or stopped at.
+    limit_reached: LimitReached | None = None
 
 
 class SessionHistory(BaseModel):
@@ -351,6 +382,21 @@ class Decision(BaseModel):
     # Approve with this input instead of the model's (checked against the tool's schema).
     input: dict[str, Any] | None = None
     # Who decided: the API user, or the CLI's --as; None for a bare signal.
+    decided_by: str | None = Field(default=None, max_length=200)
+
+
+class LimitRaise(BaseModel):
+    """A new absolute limit for a session: above what it has used (workflows/budgets.py)."""
+
+    name: LimitName
+    value: float = Field(gt=0)
+    decided_by: str | None = Field(default=None, max_length=200)
+
+
+class LimitDecline(BaseModel):
+    """No more budget: the session waiting at a limit ends `stopped`, the limit its reason."""
+
+    reason: str | None = Field(default=None, max_length=2000)
     decided_by: str | None = Field(default=None, max_length=200)
 
 

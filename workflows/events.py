@@ -109,6 +109,25 @@ class EventReceived(WorkflowEvent):
     name: str
 
 
+class LimitWait(WorkflowEvent):
+    """A session with on_limit "ask" reached a limit and waits for a person (`waiting_budget`)."""
+
+    type: Literal["limit_reached"] = "limit_reached"
+    name: str
+    limit: float
+    used: float
+    deadline: datetime | None = None
+
+
+class LimitRaised(WorkflowEvent):
+    """A person set a new limit (`raise_limit`): the session goes on if it waited at it."""
+
+    type: Literal["limit_raised"] = "limit_raised"
+    name: str
+    value: float
+    decided_by: str | None = None
+
+
 class Answered(WorkflowEvent):
     """A chat session answered and waits for the next message."""
 
@@ -148,6 +167,8 @@ SessionEvent = Annotated[
     | Sleeping
     | WaitingEvent
     | EventReceived
+    | LimitWait
+    | LimitRaised
     | Answered
     | UserMessageTaken
     | ContinuedAsNew

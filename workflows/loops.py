@@ -80,7 +80,7 @@ class Loops:
         else:
             streak.count += 1
         self.state.output_streaks[call.name] = streak  # the latest tool last, as a handover keeps it
-        notes = []
+        notes: list[str] = []
         if call.repeats >= self.policy.after:
             notes.append(_same_input_note(call))
         if streak.count >= self.policy.after:

@@ -260,14 +260,6 @@ class ModelCaller:
         )  # fmt: skip
         self.session.view.changed()
 
-    def check_budgets(self) -> None:
-        """Stop as soon as a response passes the token or cost budget, before its tools run."""
-        limits, state = self.session.input.limits, self.state
-        if state.usage.total() > limits.token_budget:
-            raise Finished("stopped", stop_reason="token_budget")
-        if limits.cost_budget_usd is not None and (state.cost_usd or 0) > limits.cost_budget_usd:
-            raise Finished("stopped", stop_reason="cost_budget")
-
 
 def _falls_back(err: ActivityError) -> bool:
     """A failure the next model may not share: unavailable, rate limited, a refused key, a timeout."""

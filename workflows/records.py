@@ -17,6 +17,7 @@ RunStatus = Literal[
     "running",
     "paused",
     "waiting_approval",
+    "waiting_budget",
     "waiting_event",
     "sleeping",
     "waiting_input",
@@ -53,6 +54,25 @@ class PendingApproval(BaseModel):
     session_id: str | None = None
     # Why it waits when no rule asked for a person: the loop policy's `ask` (workflows/loops.py).
     reason: str | None = None
+
+
+class LimitReached(BaseModel):
+    """A limit the session reached under `on_limit = "ask"` (workflows/budgets.py): it waits
+    for a person to raise it (`raise_limit`) or decline (`decline_limit`)."""
+
+    name: Literal["max_steps", "token_budget", "cost_budget"]
+    limit: float
+    used: float
+    at: datetime
+    # Its approval timeout: past it, the session stops (None: it waits).
+    deadline: datetime | None = None
+
+
+class ChildSpend(BaseModel):
+    """What a running sub-agent has spent so far, as it last told its parent."""
+
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float | None = None
 
 
 class Repeat(BaseModel):

@@ -13,7 +13,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.contract import RunStatus, SessionInput
+    from workflows.contract import Limits, RunStatus, SessionInput
     from workflows.events import SessionEnded
     from workflows.metering import Meter
     from workflows.notify import Notifier
@@ -32,6 +32,11 @@ class Session:
 
     def __post_init__(self) -> None:
         self.notifier = Notifier(self.id, self.input, self.state, self.meter)
+
+    @property
+    def limits(self) -> Limits:
+        """The session's limits, with the ones a person raised (workflows/budgets.py)."""
+        return self.input.limits.raised(self.state.raised_limits)
 
     def finish(self, status: RunStatus, stop_reason: str | None = None, error: str | None = None) -> None:
         """End the session with a status; the first end counts."""

@@ -18,6 +18,8 @@ from activities.wire import ContentBlock, Message, TextBlock, ToolResultBlock, T
 from workflows.records import (
     SLEEP,
     WAIT_FOR_EVENT,
+    ChildSpend,
+    LimitReached,
     Notifications,
     OutputStreak,
     PendingApproval,
@@ -79,6 +81,13 @@ class SessionState(BaseModel):
     # those not yet in a trace turn (before the first, and during a model call).
     temporal_actions: int = 0
     unattributed_actions: int = 0
+    # What each running child session has spent so far, as it last told this one.
+    child_spend: dict[str, ChildSpend] = Field(default_factory=dict)
+    # Budgets that ask (workflows/budgets.py): the limits a person raised (by name:
+    # max_steps, token_budget, cost_budget), the limit the session waits at, and a decline.
+    raised_limits: dict[str, float] = Field(default_factory=dict)
+    limit_reached: LimitReached | None = None
+    limit_declined: str | None = None
     # Typed answers (workflows/typed_output.py): the accepted answer, and the invalid ones so far.
     output: Any = None
     has_output: bool = False
@@ -128,6 +137,8 @@ class SessionState(BaseModel):
             return self.ending.status
         if self.paused:
             return "paused"
+        if self.limit_reached is not None:
+            return "waiting_budget"
         if self.waiting() or any(self.child_approvals.values()):
             return "waiting_approval"
         if self.in_waits(WAIT_FOR_EVENT):

@@ -128,7 +128,7 @@ class SessionView:
         lines = [
             f"**status** {state.run_status()}"
             + (f" ({ending.stop_reason})" if ending and ending.stop_reason else ""),
-            f"**step** {state.steps} of {self.input.limits.max_steps}",
+            f"**step** {state.steps} of {self.input.limits.raised(state.raised_limits).max_steps}",
             f"**tokens** {state.usage.total()}",
         ]
         if state.cost_usd is not None:
@@ -142,6 +142,8 @@ class SessionView:
             lines.append(f"**waiting for event** {name} until {_iso(call.deadline)}")
         for call in state.in_waits(SLEEP):
             lines.append(f"**sleeping** until {_iso(call.deadline)}: {call.run_input().get('reason') or ''}")
+        if (reached := state.limit_reached) is not None and ending is None:
+            lines.append(f"**waiting at {reached.name}** {reached.used:g} used of {reached.limit:g}")
         if ending and ending.error:
             lines.append(f"**error** {ending.error}")
         return "\n".join(lines)
@@ -154,8 +156,8 @@ class SessionView:
             stop_reason=ending.stop_reason if ending else None,
             error=ending.error if ending else None,
             steps=state.steps,
-            usage=state.usage,
-            cost_usd=state.cost_usd,
+            usage=sum((c.usage for c in state.child_spend.values()), state.usage),
+            cost_usd=self._cost_so_far(),
             pending_approvals=state.pending_approvals(self.session_id),
             answer=state.answer,
             output=state.output,
@@ -166,7 +168,7 @@ class SessionView:
             model=self.input.model,
             model_in_use=state.model_in_use or self.input.model,
             user_id=self.input.user_id,
-            limits=self.input.limits,
+            limits=self.input.limits.raised(state.raised_limits),
             started_at=state.started_at,
             updated_at=state.updated_at or state.started_at,
             transcript_resends=state.transcript_resends,
@@ -179,7 +181,15 @@ class SessionView:
             wake_at=next((c.deadline for c in state.in_waits(SLEEP)), None),
             waiting_for=self._waiting_for(),
             repeats=repeats_seen(state),
+            limit_reached=state.limit_reached,
         )
+
+    def _cost_so_far(self) -> float | None:
+        """The session's cost, with what its running sub-agents told they have spent."""
+        cost = self.state.cost_usd
+        if cost is None:
+            return None
+        return cost + sum(c.cost_usd or 0.0 for c in self.state.child_spend.values())
 
     def _waiting_for(self) -> WaitingFor | None:
         for call in self.state.in_waits(WAIT_FOR_EVENT):
