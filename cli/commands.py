@@ -296,8 +296,8 @@ async def raise_limit(client: Client, args: argparse.Namespace) -> int:
         given: list[tuple[LimitName, float | None]] = [
             ("max_steps", args.max_steps), ("token_budget", args.token_budget), ("cost_budget", args.cost_budget)
         ]  # fmt: skip
-        name, value = next((name, value) for name, value in given if value is not None)
-        request = LimitRaise(name=name, value=value, decided_by=decided_by(args))
+        name, value = next(pair for pair in given if pair[1] is not None)
+        request = LimitRaise(name=name, value=value or 0, decided_by=decided_by(args))
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
     print(await control.act(client, args.session, AgentWorkflow.raise_limit, request))

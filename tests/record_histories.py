@@ -6,7 +6,7 @@ the test tools, runs each scenario to its end and writes `fetch_history().to_jso
 Re-record after a deliberate change to the workflow's command sequence, and keep the old
 files beside the new ones (rename them `<scenario>-<date>.json`) while sessions started
 before the change may still be running: those must go on replaying, behind
-`workflow.patched()`.
+`Temporal.patched` (docs/operations/deployment.md, "Retiring a patch").
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import uuid
@@ -24,6 +25,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 HISTORIES = Path(__file__).resolve().parent / "histories"
+# A history kept from the release before is `<scenario>-<date>.json`.
+RELEASE_DATE = re.compile(r"-\d{4}-\d{2}-\d{2}$")
+
+
+def load_history(path: Path):
+    """A recorded history, under the workflow id it was recorded with (`replay-<scenario>`)."""
+    from temporalio.client import WorkflowHistory
+
+    return WorkflowHistory.from_json(
+        "replay-" + RELEASE_DATE.sub("", path.stem), json.loads(path.read_text())
+    )
+
+
 EMAIL = {"to": "team@example.com", "subject": "Summary", "body": "All done."}
 
 

@@ -14,7 +14,6 @@ from its first event, so a span emitted again on replay would show here as a dup
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client
 from temporalio.contrib.opentelemetry import OpenTelemetryInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
@@ -38,6 +37,7 @@ from infra.connection import connect
 from infra.definitions import load_definitions
 from sessions.start_input import session_input
 from tests.conftest import Harness, answer, model_activities, tool_use
+from tests.record_histories import load_history
 from tests.support.procs import wait_for_status
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
@@ -287,7 +287,7 @@ async def test_recorded_histories_replay_with_tracing_and_add_no_span(spans: InM
         interceptors=[OpenTelemetryInterceptor()],
     )
     for path in HISTORY_FILES:
-        history = WorkflowHistory.from_json(f"replay-{path.stem}", json.loads(path.read_text()))
+        history = load_history(path)
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
     assert len(spans.get_finished_spans()) == before, "a replay ends no span"

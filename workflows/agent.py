@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
     from temporalio.contrib.workflow_streams import WorkflowStream
 
     from activities.wire import ContentBlock, Message, TextBlock
-    from workflows import actions, archive, budgets, spans
+    from workflows import actions, archive, budgets
     from workflows.contract import (
         CancelRequest,
         Decision,
@@ -38,24 +36,18 @@ with workflow.unsafe.imports_passed_through():
         UserMessage,
     )
     from workflows.events import EVENT_TOPIC, Answered, ContinuedAsNew, UserMessageTaken
-    from workflows.metering import Meter, history_length
     from workflows.model_calls import ModelCaller
     from workflows.notify import NOTIFY_OUTCOME, NotifyResult
     from workflows.options import DESCRIBE_TOOLS_ATTEMPTS
-    from workflows.session import Finished, HandOver, Session, describe_failure, fmt_duration
+    from workflows.outcomes import Finished, HandOver
+    from workflows.session import Session, fmt_duration
     from workflows.state import SessionState
-    from workflows.subagents import (
-        CHILD_APPROVALS,
-        CHILD_SPEND,
-        CHILD_WAITS,
-        ChildApprovals,
-        SubAgents,
-        subagent_specs,
-    )
+    from workflows.subagents import CHILD_APPROVALS, ChildApprovals, SubAgents, subagent_specs
+    from workflows.temporal import Failed, Temporal
     from workflows.tool_calls import ToolRunner, describe_tools, list_mcp_tools, wait_while_paused
     from workflows.typed_output import FINAL_ANSWER, TypedAnswers, answer_spec
     from workflows.view import SessionView
-    from workflows.working_time import WORKING_TIME, WorkClock
+    from workflows.working_time import WorkClock
 
 
 # Input that does not validate (a start from the CLI or UI with bad JSON) fails the
@@ -69,18 +61,16 @@ class AgentWorkflow:
             attachments=[a.block() for a in input.attachments],
         )  # fmt: skip
         # A fork's state comes from another session with `runs` 0; a continue-as-new's, from this one.
-        self.meter = Meter(state)  # `Metering` (the worker's interceptor) counts signals and updates here
-        self.meter.run_started(forked=input.state is not None and state.runs == 0)
+        session_id = workflow.info().workflow_id
+        # Every command the session issues; `Metering` (the worker's interceptor) reports
+        # the signals and updates it takes here.
+        self.temporal = Temporal(session_id, input, state)
+        self.temporal.run_started(forked=input.state is not None and state.runs == 0)
         state.runs += 1
         self.stream = WorkflowStream(prior_state=state.stream_state)
-        view = SessionView(
-            workflow.info().workflow_id, input, state, self.stream.topic(EVENT_TOPIC), self.meter
-        )
-        self.session = Session(
-            id=workflow.info().workflow_id, input=input, state=state, view=view, meter=self.meter
-        )
+        view = SessionView(session_id, input, state, self.stream.topic(EVENT_TOPIC), self.temporal)
+        self.session = Session(id=session_id, input=input, state=state, view=view, temporal=self.temporal)
         self.steps_at_run_start = state.steps
-        self.bounded_handover = False  # asked in the run's first activation (`run`)
         self.model = ModelCaller(self.session)
         self.clock = WorkClock(self.session, lambda: self.model.in_flight)
         self.subagents = SubAgents(self.session, self.clock)
@@ -91,18 +81,9 @@ class AgentWorkflow:
 
     @workflow.run
     async def run(self, input: SessionInput) -> SessionStatus:
-        # Asked first, in the run's first activation: a replay then answers it the same way
-        # wherever it is asked again (`_run_with_limits`, the approval wait, sub-agents).
-        self.meter.patched(WORKING_TIME)
-        self.model.start()
-        self.bounded_handover = self.meter.patched(archive.BOUNDED_HANDOVER)
-        if input.parent is not None:
-            self.subagents.tells_waits = self.meter.patched(CHILD_WAITS)
-            self.subagents.tells_spend = self.meter.patched(CHILD_SPEND)
         self.session.view.changed()
-        spans.session_started(self.session)
         handover = False
-        with spans.session_span(self.session):
+        with self.temporal.run_span():
             try:
                 await self._session()
             except asyncio.CancelledError:
@@ -112,10 +93,9 @@ class AgentWorkflow:
                 handover = True  # after the run's span has ended: continue-as-new ends this code
         if handover:
             await self._continue_as_new()
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self.temporal.wait(workflow.all_handlers_finished)
         await self.session.notifier.ended()  # started, not delivered: the session closes at once
-        spans.session_ended(self.session)
-        self.meter.record_refusals()  # the result records them (workflows/metering.py)
+        self.temporal.ended()  # the result records what is still open (workflows/metering.py)
         return self.session.view.snapshot()
 
     # ---- queries and control -------------------------------------------------------------
@@ -312,9 +292,8 @@ class AgentWorkflow:
             session.state.specs = (
                 await describe_tools(session) + await list_mcp_tools(session) + subagent_specs(session)
             )
-        except (ActivityError, ApplicationError) as err:  # a local activity's failure may come bare
-            why = describe_failure(err, "listing the tools")
-            return f"cannot start: {why} (after {DESCRIBE_TOOLS_ATTEMPTS} attempts)"
+        except Failed as err:
+            return f"cannot start: {err.describe('listing the tools')} (after {DESCRIBE_TOOLS_ATTEMPTS} attempts)"
         if session.input.output_schema is not None:  # the answer's own tool, in place of any namesake
             session.state.specs = [
                 *(s for s in session.state.specs if s.name != FINAL_ANSWER),
@@ -325,19 +304,15 @@ class AgentWorkflow:
     async def _wait_for_input(self) -> bool:
         """Wait idle for the next message; False when the session ended meanwhile."""
         session, state = self.session, self.session.state
-        timer = history_length()
-        try:
-            await workflow.wait_condition(
-                lambda: bool(state.queue) or state.closing or state.cancel_requested is not None
-                or self._wants_handover(),
-                timeout=timedelta(seconds=session.input.idle_timeout_seconds),
-                timeout_summary=f"idle {fmt_duration(session.input.idle_timeout_seconds)}",
-            )  # fmt: skip
-        except TimeoutError:
+        came = await self.temporal.wait(
+            lambda: bool(state.queue) or state.closing or state.cancel_requested is not None
+            or self._wants_handover(),
+            timeout=session.input.idle_timeout_seconds,
+            summary=f"idle {fmt_duration(session.input.idle_timeout_seconds)}",
+        )  # fmt: skip
+        if not came:
             session.finish("completed", stop_reason="idle_timeout")
             return False
-        finally:
-            self.meter.timer_ended(timer)
         if state.cancel_requested is not None:
             session.finish("cancelled", error=state.cancel_requested or None)
             return False
@@ -370,36 +345,21 @@ class AgentWorkflow:
         if state.run_started_at is None:
             state.run_started_at = workflow.now()
         loop = asyncio.create_task(self._loop())
-        cancelled = asyncio.create_task(workflow.wait_condition(lambda: state.cancel_requested is not None))
-        timer = history_length()
-        working_time = self.meter.patched(WORKING_TIME)
-        if working_time:
-            timeout = asyncio.create_task(self.clock.run_out(limits.timeout_seconds))
-        else:  # recorded before the timeout counted working time only
-            elapsed = (workflow.now() - state.run_started_at).total_seconds()
-            remaining = max(0.001, limits.timeout_seconds - elapsed)
-            timeout = asyncio.create_task(
-                workflow.sleep(remaining, summary=f"timeout {fmt_duration(limits.timeout_seconds)}")
-            )
+        cancelled = asyncio.create_task(self.temporal.wait(lambda: state.cancel_requested is not None))
+        timeout = asyncio.create_task(self.clock.run_out(limits.timeout_seconds))
         try:
             await workflow.wait([loop, cancelled, timeout], return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             await _stop(loop)
-            if working_time:
-                self.clock.stop()
+            self.clock.stop()
             raise
         finally:
             cancelled.cancel()
             timeout.cancel()
-            if working_time:
-                self.clock.timer_ended()
-            else:
-                self.meter.timer_ended(timer)
         try:
             return await self._outcome(loop)
         finally:
-            if working_time:
-                self.clock.stop()
+            self.clock.stop()
 
     async def _outcome(self, loop: asyncio.Task[None]) -> Finished:
         state = self.session.state
@@ -474,18 +434,14 @@ class AgentWorkflow:
         the loop no longer needs goes to the store instead (workflows/archive.py)."""
         state = self.session.state
         self.stream.detach_pollers()
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self.temporal.wait(workflow.all_handlers_finished)
         await self.session.notifier.started()  # their deliveries go on in their own workflows
-        bounded = self.bounded_handover
-        if bounded:
-            await archive.hand_over(self.session)
-            await workflow.wait_condition(workflow.all_handlers_finished)
+        await archive.hand_over(self.session)
+        await self.temporal.wait(workflow.all_handlers_finished)
         self.session.view.publish(ContinuedAsNew(run=state.runs + 1, steps=state.steps))
-        state.stream_state = self.stream.get_state()
-        if bounded:
-            state.stream_state = archive.trim_stream(state.stream_state)
-        self.meter.record_refusals()  # the new run's input records them (workflows/metering.py)
-        workflow.continue_as_new(self.session.input.model_copy(update={"state": state}))
+        state.stream_state = archive.trim_stream(self.stream.get_state())
+        # The new run's input records what is still open (workflows/metering.py).
+        self.temporal.continue_as_new(self.session.input.model_copy(update={"state": state}))
 
 
 async def _stop(loop: asyncio.Task[None]) -> None:

@@ -30,7 +30,6 @@ import json
 from dataclasses import dataclass
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.workflow_streams import WorkflowStreamState
@@ -38,12 +37,10 @@ with workflow.unsafe.imports_passed_through():
     from activities.model import ModelActivities
     from activities.wire import ArchivePart, Message, ToolResultBlock
     from workflows import options
-    from workflows.metering import current_task
-    from workflows.session import Session, describe_failure
+    from workflows.session import Session
     from workflows.state import SETTLED, SessionState
+    from workflows.temporal import Failed
 
-# The runs of sessions whose history has this marker hand over a bounded state.
-BOUNDED_HANDOVER = "bounded-handover"
 CARRIED_MESSAGE_BYTES = 48 * 1024
 CARRIED_EVENTS = 200
 CARRIED_EVENT_BYTES = 48 * 1024
@@ -108,18 +105,15 @@ async def hand_over(session: Session) -> None:
         calls=[state.calls[id].model_dump(mode="json") for id in state.calls if id in cut.calls],
         trace=[t.model_dump(mode="json") for t in state.trace[: cut.trace]],
     )
-    task = current_task()
     try:
-        receipt = await workflow.execute_local_activity_method(
-            ModelActivities.archive_records, part, **options.archive(), summary="archive the run's records"
+        receipt = await session.temporal.local_activity(
+            ModelActivities.archive_records, [part], options.archive(), summary="archive the run's records"
         )
-    except (ActivityError, ApplicationError) as err:
-        session.meter.local_activity_failed(task, err, options.attempts(options.archive()))
+    except Failed as err:
         workflow.logger.warning(
-            "session %s hands over its whole state: %s", session.id, describe_failure(err, "archiving")
+            "session %s hands over its whole state: %s", session.id, err.describe("archiving")
         )
         return
-    session.meter.local_activity(task, receipt.attempt)
     state.archive_ref = receipt.ref
     state.archived_messages += len(part.messages)
     state.messages = [state.messages[0], *state.messages[cut.messages :]]

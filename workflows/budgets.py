@@ -25,9 +25,9 @@ with workflow.unsafe.imports_passed_through():
 
     from workflows.contract import LIMIT_FIELDS, LimitDecline, LimitName, LimitRaise, Limits
     from workflows.events import LimitRaised, LimitWait
-    from workflows.metering import history_length
+    from workflows.outcomes import Finished, HandOver
     from workflows.records import LimitReached
-    from workflows.session import Finished, HandOver, Session, fmt_duration
+    from workflows.session import Session, fmt_duration
 
 
 class Budgets:
@@ -58,23 +58,12 @@ class Budgets:
             state.limit_reached is None or state.limit_declined is not None or self._wants_handover()
         )
         if reached.deadline is None:
-            await workflow.wait_condition(answered)
-        else:
+            await session.temporal.wait(answered)
+        elif not answered():
             left = (reached.deadline - workflow.now()).total_seconds()
-            if left > 0 and not answered():
-                timer = history_length()
-                timeout = session.input.limits.approval_timeout_seconds or left
-                try:
-                    await workflow.wait_condition(
-                        answered,
-                        timeout=left,
-                        timeout_summary=f"{name} reached, at most {fmt_duration(timeout)}",
-                    )
-                except TimeoutError:
-                    raise Finished("stopped", stop_reason=name) from None
-                finally:
-                    session.meter.timer_ended(timer)
-            elif not answered():
+            timeout = session.input.limits.approval_timeout_seconds or left
+            summary = f"{name} reached, at most {fmt_duration(timeout)}"
+            if left <= 0 or not await session.temporal.wait(answered, timeout=left, summary=summary):
                 raise Finished("stopped", stop_reason=name)
         if state.limit_declined is not None:
             raise Finished("stopped", stop_reason=name)

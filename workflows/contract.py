@@ -172,6 +172,9 @@ class ParentLink(BaseModel):
 
     session_id: str
     tool_use_id: str
+    # Whether the child tells its parent what it spends as it goes (workflows/subagents.py);
+    # children started before it never did, and a replay of theirs must not.
+    tells_spend: bool = False
 
 
 class SessionInput(BaseModel):

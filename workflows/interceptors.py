@@ -1,5 +1,5 @@
-"""The worker's workflow interceptors: `Metering` counts the signals and updates a session
-takes (workflows/metering.py), `HeartbeatTimeout` is `worker.py --heartbeat-timeout`,
+"""The worker's workflow interceptors: `Metering` reports the signals and updates a session
+takes to its `Temporal` (workflows/temporal.py), which counts them, `HeartbeatTimeout` is `worker.py --heartbeat-timeout`,
 `NotifyRetry` is the worker's `AGENT_NOTIFY_RETRY`.
 
 `worker.build_worker` installs them; they are apart from the workflow's own modules so
@@ -26,17 +26,17 @@ from temporalio.worker import (
 from temporalio.workflow import ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.metering import Meter
     from workflows.options import HEARTBEATING, notify_retry
+    from workflows.temporal import Temporal
 
 
 # ---- signals and updates -----------------------------------------------------------------
 
 
 class Metering(Interceptor):
-    """Counts every signal a session receives, every update it accepts, and every update its
-    validator refuses (in memory: `Meter.refused`; a workflow that has no `meter` is left
-    alone). `worker.build_worker` installs it."""
+    """Reports every signal a session receives, every update it accepts, and every update its
+    validator refuses to the session's `Temporal`, which counts them (a workflow without one,
+    such as a notification's, is left alone). `worker.build_worker` installs it."""
 
     def workflow_interceptor_class(
         self, input: WorkflowInterceptorClassInput
@@ -46,7 +46,8 @@ class Metering(Interceptor):
 
 class _MeteringInbound(WorkflowInboundInterceptor):
     async def handle_signal(self, input: HandleSignalInput) -> None:
-        _count()
+        if (temporal := _temporal()) is not None:
+            temporal.signal_received()
         await super().handle_signal(input)
 
     def handle_update_validator(self, input: HandleUpdateInput) -> None:
@@ -57,25 +58,20 @@ class _MeteringInbound(WorkflowInboundInterceptor):
         except workflow.ReadOnlyContextError:
             raise  # not a refusal: the SDK fails the workflow task
         except Exception:
-            meter = _meter()
-            if meter is not None:
-                meter.refused()
+            if (temporal := _temporal()) is not None:
+                temporal.update_refused()
             raise
 
     async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
-        _count()  # the handler runs once the update is accepted (and again on replay)
+        # The handler runs once the update is accepted (and again on replay).
+        if (temporal := _temporal()) is not None:
+            temporal.update_accepted()
         return await super().handle_update_handler(input)
 
 
-def _meter() -> Meter | None:
-    meter: Any = getattr(workflow.instance(), "meter", None)
-    return meter if isinstance(meter, Meter) else None
-
-
-def _count() -> None:
-    meter = _meter()
-    if meter is not None:
-        meter.add(1)
+def _temporal() -> Temporal | None:
+    found: Any = getattr(workflow.instance(), "temporal", None)
+    return found if isinstance(found, Temporal) else None
 
 
 # ---- the worker's --heartbeat-timeout ----------------------------------------------------

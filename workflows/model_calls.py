@@ -7,15 +7,12 @@ reason and usage), whichever provider the model string names.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.model import ModelActivities
     from activities.model_errors import FALLS_BACK, MODEL_RATE_LIMITED, TRANSCRIPT_MISSING
     from activities.wire import (
         Message,
@@ -25,11 +22,12 @@ with workflow.unsafe.imports_passed_through():
         ToolResultBlock,
         tool_specs_text,
     )
-    from workflows import options, spans
+    from workflows import options
     from workflows.contract import Fallback, ToolCallRecord, TraceTurn
     from workflows.events import TurnRecorded
-    from workflows.metering import history_length
-    from workflows.session import Finished, Session, describe_failure, error_type, was_cancelled
+    from workflows.outcomes import Finished
+    from workflows.session import Session
+    from workflows.temporal import Failed
     from workflows.typed_output import INSTRUCTION
 
 
@@ -49,18 +47,7 @@ class ModelCaller:
         self._resent = 0  # for the trace turn of the reply being recorded
         self._fallback: list[Fallback] = []  # for the trace turn of the reply being recorded
         self._model = session.input.model  # the model that made the call being recorded
-        # Whether the calls go to the model calls' own queue, rate-limited there when the
-        # workers say so (the SDK dispatches eagerly only on the workflow's own queue, which
-        # would pass the rate by); runs recorded before it call on the session's queue.
-        # `start` decides, once per run.
-        self.own_queue = False
         self.in_flight = False  # a model call runs: working time, whatever the state says
-        self._refusals_to_latest = True
-
-    def start(self) -> None:
-        """Decide at the run's first workflow task, where a replay sees the same patch markers
-        as the run did (a patch first asked for after a local activity may not be)."""
-        self.own_queue = self.session.meter.patched(options.MODEL_QUEUE_PATCH)
 
     async def call(self) -> ModelReply:
         """Call the model with what is new since the last call; a lost transcript is sent
@@ -75,10 +62,6 @@ class ModelCaller:
     async def _call(self) -> ModelReply:
         self._resent = 0
         self._fallback = []
-        # Refusals this call carries back happened before it, in the latest turn (a fork's
-        # before its first call: the turns it has are the source's).
-        self._refusals_to_latest = not self.session.meter.to_next_turn
-        self.session.meter.to_next_turn = True  # from here, actions go to the turn this call records
         models = self._models()
         for index, model in enumerate(models):
             try:
@@ -110,40 +93,34 @@ class ModelCaller:
         if last:
             return self._finished_on_failure(await self._attempts(model, options.model_call(limits)))
         outcome = await self._attempts(model, options.model_call_before_fallback(limits))
-        if isinstance(outcome, ActivityError) and error_type(outcome) == MODEL_RATE_LIMITED:
+        if isinstance(outcome, Failed) and outcome.error_type == MODEL_RATE_LIMITED:
             rest = options.model_call_rate_limited(limits)
             if rest is not None:
                 outcome = await self._attempts(model, rest)
-        if isinstance(outcome, ActivityError) and _falls_back(outcome):
-            raise FallBack(describe_failure(outcome, "model call"))
+        if isinstance(outcome, Failed) and _falls_back(outcome):
+            raise FallBack(outcome.describe("model call"))
         return self._finished_on_failure(outcome)
 
-    def _finished_on_failure(self, outcome: ModelReply | ActivityError) -> ModelReply:
-        if isinstance(outcome, ActivityError):
-            raise Finished("failed", error=describe_failure(outcome, "model call")) from outcome
+    def _finished_on_failure(self, outcome: ModelReply | Failed) -> ModelReply:
+        if isinstance(outcome, Failed):
+            raise Finished("failed", error=outcome.describe("model call")) from outcome
         return outcome
 
-    async def _attempts(
-        self, model: str, call_options: options.ActivityOptions
-    ) -> ModelReply | ActivityError:
+    async def _attempts(self, model: str, call_options: options.ActivityOptions) -> ModelReply | Failed:
         """One model activity with `call_options` (and the whole transcript once more if the
         store lost it): the reply, or the failure it ended in."""
         request = self._request(model)
         try:
             return await self._activity(request, call_options)
-        except ActivityError as err:
-            if was_cancelled(err):
-                raise asyncio.CancelledError() from err
-            if error_type(err) != TRANSCRIPT_MISSING:
+        except Failed as err:
+            if err.error_type != TRANSCRIPT_MISSING:
                 return err
         whole = {"transcript_ref": None, "new_messages": self.state.messages, "tools": self.state.specs}
         self._resent = 1
         self.state.transcript_resends += 1
         try:
             return await self._activity(request.model_copy(update=whole), call_options)
-        except ActivityError as again:
-            if was_cancelled(again):
-                raise asyncio.CancelledError() from again
+        except Failed as again:
             return again
 
     def _request(self, model: str) -> ModelRequest:
@@ -190,36 +167,10 @@ class ModelCaller:
         return call.output_ref if call is not None and call.output == block.content else None
 
     async def _activity(self, request: ModelRequest, call_options: options.ActivityOptions) -> ModelReply:
-        meter = self.session.meter
-        scheduled = history_length()
-        queue = workflow.info().task_queue
-        if self.own_queue:
-            queue = options.model_task_queue(queue)
-        # The updates refused since the last call ride along and come back in the reply,
-        # which history records (workflows/metering.py, "updates refused").
-        refusals = meter.take_refusals()
-        try:
-            reply = await workflow.execute_activity_method(
-                ModelActivities.call_model,
-                request.model_copy(update={"refusals": refusals}),
-                **call_options,
-                task_queue=queue,
-                summary=f"model call {request.step} ({request.model})",
-            )
-        except ActivityError as err:
-            meter.refusals_returned(refusals)
-            if was_cancelled(err):
-                meter.activity_interrupted(scheduled)
-            else:
-                meter.activity_failed(err, options.attempts(call_options))
-            raise
-        except asyncio.CancelledError:
-            meter.refusals_returned(refusals)
-            meter.activity_interrupted(scheduled)
-            raise
-        meter.activity(reply.attempt, reply.heartbeats)
-        meter.refusals_echoed(reply.refusals, to_latest_turn=self._refusals_to_latest)
-        return reply
+        # On the model calls' own queue, rate-limited there when the workers say so (the SDK
+        # dispatches eagerly only on the workflow's own queue, which would pass the rate by).
+        queue = options.model_task_queue(workflow.info().task_queue)
+        return await self.session.temporal.call_model(request, call_options, task_queue=queue)
 
     def record(self, reply: ModelReply) -> None:
         """The reply in the state: the message, usage and cost, a trace turn, its tool calls."""
@@ -231,23 +182,21 @@ class ModelCaller:
         if state.cost_usd is not None:
             # A turn of a fallback model without prices leaves the session's cost unknown.
             state.cost_usd = state.cost_usd + turn_cost if turn_cost is not None else None
-        spans.model_turn(self.session, self._model, reply.usage, turn_cost)
         state.append(reply.message, sent=True)
         text = reply.message.text()
         if text:
             state.answer = text
-        state.trace.append(
+        self.session.temporal.record_turn(
             TraceTurn(
                 step=state.steps, model=reply.model, prompt_version=input.prompt_version,
                 started_at=now - timedelta(milliseconds=reply.latency_ms), ended_at=now,
                 stop_reason=reply.stop_reason, text=text, tool_use_ids=[b.id for b in reply.message.tool_uses()],
                 usage=reply.usage, cost_usd=turn_cost, latency_ms=reply.latency_ms, attempt=reply.attempt,
                 context_dropped=reply.context_dropped, transcript_resends=self._resent,
-                temporal_actions=state.unattributed_actions, fallback=self._fallback,
-            )
+                fallback=self._fallback,
+            ),
+            model=self._model,
         )  # fmt: skip
-        state.unattributed_actions = 0
-        self.session.meter.to_next_turn = False  # the turn collects what follows, up to the next call
         for block in reply.message.tool_uses():
             state.calls[block.id] = ToolCallRecord(
                 tool_use_id=block.id, step=state.steps, name=block.name, input=block.input
@@ -261,6 +210,6 @@ class ModelCaller:
         self.session.view.changed()
 
 
-def _falls_back(err: ActivityError) -> bool:
+def _falls_back(err: Failed) -> bool:
     """A failure the next model may not share: unavailable, rate limited, a refused key, a timeout."""
-    return isinstance(err.cause, TimeoutError) or error_type(err) in FALLS_BACK
+    return err.timed_out or err.error_type in FALLS_BACK

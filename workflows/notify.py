@@ -43,9 +43,9 @@ with workflow.unsafe.imports_passed_through():
     from activities.notify import Delivery, Notification, NotifyActivities
     from workflows import options
     from workflows.contract import SessionInput
-    from workflows.metering import Meter
     from workflows.records import LimitReached, PendingApproval
     from workflows.state import SessionState
+    from workflows.temporal import Failed, Temporal
 
 NOTIFY_OUTCOME = "notification_outcome"  # the signal a notification workflow sends its session
 WORKFLOW_NAME = "NotifyWorkflow"
@@ -113,8 +113,8 @@ def _attempts(err: ActivityError) -> int:
     return 1
 
 
-def _why(err: ActivityError) -> str:
-    cause = err.cause
+def _why(err: BaseException) -> str:
+    cause = err.cause if isinstance(err, ActivityError) else err
     return cause.message if isinstance(cause, FailureError) else str(err)
 
 
@@ -126,11 +126,11 @@ def iso(moment: datetime) -> str:
 class Notifier:
     """The session's side: numbers, starts and counts its notifications."""
 
-    def __init__(self, session_id: str, input: SessionInput, state: SessionState, meter: Meter) -> None:
+    def __init__(self, session_id: str, input: SessionInput, state: SessionState, temporal: Temporal) -> None:
         self.session_id = session_id
         self.input = input
         self.state = state
-        self.meter = meter
+        self.temporal = temporal
         self.refused = False  # the worker cannot send them: none is sent in this run
         self._starting = 0  # children whose start is not confirmed yet
 
@@ -172,7 +172,7 @@ class Notifier:
 
     async def started(self) -> None:
         """Until every notification started so far is running on its own (before continue-as-new)."""
-        await workflow.wait_condition(lambda: self._starting == 0)
+        await self.temporal.wait(lambda: self._starting == 0)
 
     # ---- the worker's check ----------------------------------------------------------------
 
@@ -182,17 +182,14 @@ class Notifier:
             return None
         # A regular activity: it runs where the deliveries will, on any worker of the queue.
         try:
-            problem = await workflow.execute_activity_method(
+            problem = await self.temporal.activity(
                 NotifyActivities.check_notify,
                 self.input.notify,
-                **options.check_notify(),
+                options.check_notify(),
                 summary="check the notification URLs",
             )
-        except ActivityError as err:
-            self.meter.activity_failed(err, options.attempts(options.check_notify()))
-            problem = f"the notification URLs could not be checked: {_why(err)}"
-        else:
-            self.meter.activity()
+        except Failed as err:
+            problem = f"the notification URLs could not be checked: {_why(err.error)}"
         if problem is not None:
             self.refused = True
             return f"cannot notify {', '.join(self.input.notify)}: {problem}"
@@ -208,7 +205,7 @@ class Notifier:
         counts.pending.remove(outcome.key)
         counts.delivered += outcome.delivered
         counts.failed += outcome.failed
-        self.meter.add(outcome.actions)
+        self.temporal.child_actions(outcome.actions)
 
     # ---- sending -----------------------------------------------------------------------------
 
@@ -232,15 +229,14 @@ class Notifier:
 
     async def _start(self, notification: NotifyInput) -> None:
         try:
-            await workflow.start_child_workflow(
+            await self.temporal.start_child(
                 WORKFLOW_NAME,
                 notification,
                 id=notification.key,
                 result_type=NotifyResult,
-                **options.notification(),
-                static_summary=f"notify {notification.body['type']} of {self.session_id}",
+                child_options=options.notification(),
+                summary=f"notify {notification.body['type']} of {self.session_id}",
             )
-            self.meter.child_started()
         except FailureError as err:  # the id is taken (a reset session sending it again)
             workflow.logger.warning("notification %s not started: %s", notification.key, err)
             counts = self.state.notifications

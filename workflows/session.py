@@ -1,6 +1,6 @@
 """`Session`: what the loop, the tool calls and the control actions act on, passed to
-each of them explicitly: the input it runs with, its state, and its view (how others see
-it). How a run ends or is handed over, and failure descriptions, live here too.
+each of them explicitly: the input it runs with, its state, its view (how others see it)
+and `temporal`, through which it issues every Temporal command (workflows/temporal.py).
 """
 
 from __future__ import annotations
@@ -10,14 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.contract import Limits, RunStatus, SessionInput
     from workflows.events import SessionEnded
-    from workflows.metering import Meter
     from workflows.notify import Notifier
     from workflows.state import SessionState
+    from workflows.temporal import Temporal
     from workflows.view import SessionView
 
 
@@ -27,11 +26,11 @@ class Session:
     input: SessionInput
     state: SessionState
     view: SessionView
-    meter: Meter  # the billable actions it causes
+    temporal: Temporal  # every command it issues, and the billable actions they cost
     notifier: Notifier = field(init=False)  # tells its `notify` URLs (workflows/notify.py)
 
     def __post_init__(self) -> None:
-        self.notifier = Notifier(self.id, self.input, self.state, self.meter)
+        self.notifier = Notifier(self.id, self.input, self.state, self.temporal)
 
     @property
     def limits(self) -> Limits:
@@ -52,26 +51,6 @@ class Session:
             raise ValueError(f"session {self.id} is {self.state.ending.status}; cannot {action}")
 
 
-class Finished(Exception):
-    """Raised inside the loop to end the run with a status."""
-
-    status: RunStatus
-    stop_reason: str | None
-    error: str | None
-
-    def __init__(self, status: RunStatus, stop_reason: str | None = None, error: str | None = None):
-        super().__init__(status)
-        self.status, self.stop_reason, self.error = status, stop_reason, error
-
-    def chat_goes_on(self) -> bool:
-        """A chat waits for the next message after an answer, a cut answer or a refusal."""
-        return self.status == "completed" or self.stop_reason in ("max_tokens", "refusal")
-
-
-class HandOver(Exception):
-    """Raised at a safe point to hand the session to a new run (continue-as-new)."""
-
-
 def short(value: Any, limit: int = 80) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -83,28 +62,3 @@ def fmt_duration(seconds: float) -> str:
     if seconds % 60 == 0:
         return f"{int(seconds // 60)}m"
     return f"{seconds:g}s"
-
-
-def was_cancelled(err: ActivityError) -> bool:
-    return isinstance(err.cause, CancelledError)
-
-
-def error_type(err: ActivityError) -> str | None:
-    cause = err.cause
-    return cause.type if isinstance(cause, ApplicationError) else None
-
-
-def describe_failure(err: BaseException, what: str) -> str:
-    """One line on why an activity failed: a timeout, the error's message, retries spent."""
-    if isinstance(err, ApplicationError):
-        return err.message
-    if not isinstance(err, ActivityError):
-        return f"{what} failed: {type(err).__name__}: {err}"
-    cause = err.cause
-    if isinstance(cause, TimeoutError):
-        kind = cause.type.name.lower().replace("_", "-") if cause.type is not None else "unknown"
-        return f"{what} timed out ({kind})"
-    text = cause.message if isinstance(cause, ApplicationError) else f"{what} failed: {cause or err}"
-    if err.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
-        text += " (retries exhausted)"
-    return text

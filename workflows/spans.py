@@ -15,17 +15,27 @@ from __future__ import annotations
 from asyncio import CancelledError
 from collections.abc import Generator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.attempt_telemetry import tracer
     from activities.wire import Usage
+    from workflows.contract import SessionInput
+    from workflows.outcomes import Finished, HandOver
     from workflows.records import ToolCallRecord
-    from workflows.session import Finished, HandOver, Session
+    from workflows.state import SessionState
 
 _ENDS_NORMALLY = (CancelledError, HandOver, Finished)
+
+
+class Session(Protocol):
+    """What the spans read of a session (workflows/temporal.py's `Temporal` has it)."""
+
+    id: str
+    input: SessionInput
+    state: SessionState
 
 
 def _agent(session: Session) -> str:

@@ -10,11 +10,11 @@ parent's pause and resume are passed on; cancelling the parent cancels the child
 child tells its parent which of its calls wait for a person, so they show in the
 parent's status and can be decided through it, and whether it is in a wait that is not
 work (paused, waiting for a person, sleeping, waiting for an event), so the parent's
-working time stops while it is (`CHILD_WAITS`), and what it has spent as it goes
-(`CHILD_SPEND`): the parent's status counts it at once, and a child that fails or is
-cancelled still has it charged. The shares keep the whole tree within the parent's budget
-but for one model call per session running in it: each child stops at its share, a
-response's children split what the parent had left, and the parent checks its budgets
+working time stops while it is, and what it has spent as it goes (children started with
+`ParentLink.tells_spend`): the parent's status counts it at once, and a child that fails or
+is cancelled still has it charged. The shares keep the whole tree within the parent's
+budget but for one model call per session running in it: each child stops at its share,
+a response's children split what the parent had left, and the parent checks its budgets
 when they end.
 """
 
@@ -33,21 +33,16 @@ with workflow.unsafe.imports_passed_through():
     from workflows.contract import Limits, ParentLink, SessionInput, SessionStatus, SubAgent
     from workflows.records import ChildSpend, PendingApproval, ToolCallRecord
     from workflows.session import Session, short
-    from workflows.working_time import WORKING_TIME, WorkClock
+    from workflows.working_time import WorkClock
 
 TOOL_PREFIX = "agent__"
 # The signals between a parent and its children: the child tells what it waits for; the
 # parent passes on its pause and resume (the names of AgentWorkflow's own signals).
 CHILD_APPROVALS = "child_approvals"
 PAUSE, RESUME = "pause", "resume"
-# The patch under which a child also tells its parent when it starts or stops waiting
-# (`ChildApprovals.waiting`): one more signal each time. Asked in the child's first activation.
-CHILD_WAITS = "child-waits"
-# The patch under which a child tells its parent what it has spent as it goes
-# (`ChildApprovals.usage`, `cost_usd`), each time it has spent another `SPEND_TOLD_EVERY` of
-# its token or cost budget since it last told: at most about ten more signals a child.
-# Asked in the child's first activation.
-CHILD_SPEND = "child-spend"
+# A child tells its parent what it has spent (`ChildApprovals.usage`, `cost_usd`) each time
+# it has spent another tenth of its token or cost budget since it last told: at most about
+# ten more signals a child, and none from a session without sub-agents.
 SPEND_TOLD_EVERY = 0.1
 
 
@@ -58,7 +53,7 @@ class ChildApprovals(BaseModel):
     pending: list[PendingApproval]
     # Whether the child is in a wait that is not work (children that predate it never say so).
     waiting: bool = False
-    # What the child has spent so far (children that predate it never say: None).
+    # What the child has spent so far (children started without `tells_spend` never say: None).
     usage: Usage | None = None
     cost_usd: float | None = None
 
@@ -94,8 +89,6 @@ class SubAgents:
         self._clock = clock  # in a child: whether it works, for its parent's working time
         self._running: set[str] = set()
         self._told: tuple[list[PendingApproval], bool] | None = None
-        self.tells_waits = False  # `CHILD_WAITS`, as the child's first activation asked it
-        self.tells_spend = False  # `CHILD_SPEND`, likewise
         self._told_spend = ChildSpend()
 
     async def run(self, call: ToolCallRecord, spec: ToolSpec, siblings: int) -> tuple[str, bool]:
@@ -106,15 +99,14 @@ class SubAgents:
             return f"invalid input for {call.name}: task: a non-empty string is required", True
         self.state.subagent_runs += 1
         child_id = call.child_session_id = f"{self.session.id}.sub-{self.state.subagent_runs}"
-        handle = await workflow.start_child_workflow(
+        handle = await self.session.temporal.start_child(
             workflow.info().workflow_type,  # the child runs this same workflow
             self._child_input(sub, task, call, siblings),
             id=child_id,
             result_type=SessionStatus,
-            **options.subagent(),
-            static_summary=f"sub-agent {sub.name} of {self.session.id}: {short(task, 120)}",
+            child_options=options.subagent(),
+            summary=f"sub-agent {sub.name} of {self.session.id}: {short(task, 120)}",
         )
-        self.session.meter.child_started()
         self._running.add(child_id)
         pauses = asyncio.create_task(self._pass_on_pauses(handle))
         result: SessionStatus | None = None
@@ -144,7 +136,7 @@ class SubAgents:
             fallback_models=sub.fallback_models, fallback_prices=sub.fallback_prices,
             tools=sub.tools, agent=sub.agent, search_attributes=parent.search_attributes,
             model_settings=sub.model_settings, loop_policy=sub.loop_policy,
-            parent=ParentLink(session_id=self.session.id, tool_use_id=call.tool_use_id),
+            parent=ParentLink(session_id=self.session.id, tool_use_id=call.tool_use_id, tells_spend=True),
         )  # fmt: skip
 
     def _shared_limits(self, own: Limits, priced: bool, siblings: int) -> Limits:
@@ -156,18 +148,14 @@ class SubAgents:
         if parent.cost_budget_usd is not None and priced:
             cost_left = max(1e-6, (parent.cost_budget_usd - (state.cost_usd or 0)) / share)
             update["cost_budget_usd"] = min(own.cost_budget_usd or cost_left, cost_left)
-        if self.session.meter.patched(WORKING_TIME):
-            time_left = parent.timeout_seconds - (state.worked(workflow.now()) - state.run_worked_from)
-        else:
-            started = state.run_started_at or workflow.now()
-            time_left = parent.timeout_seconds - (workflow.now() - started).total_seconds()
+        time_left = parent.timeout_seconds - (state.worked(workflow.now()) - state.run_worked_from)
         update["timeout_seconds"] = max(1.0, min(own.timeout_seconds, time_left))
         return own.model_copy(update=update)
 
     def _settle(self, sub: SubAgent, result: SessionStatus) -> tuple[str, bool]:
         """Charge the child's tokens, cost and billable actions to this session; its answer as the result."""
         self._charge(result.usage, result.cost_usd)
-        self.session.meter.add(result.temporal_actions)
+        self.session.temporal.child_actions(result.temporal_actions)
         if result.status == "completed":
             return result.answer or "", False
         why = result.stop_reason or result.error or result.status
@@ -182,9 +170,9 @@ class SubAgents:
     async def _pass_on_pauses(self, handle: workflow.ChildWorkflowHandle[Any, SessionStatus]) -> None:
         paused = False
         while True:
-            await workflow.wait_condition(lambda: self.state.paused != paused)  # noqa: B023  (awaited here)
+            await self.session.temporal.wait(lambda: self.state.paused != paused)  # noqa: B023  (awaited here)
             paused = self.state.paused
-            await handle.signal(PAUSE if paused else RESUME)
+            await self.session.temporal.signal(handle, PAUSE if paused else RESUME)
 
     # ---- approvals, both ways --------------------------------------------------------------
 
@@ -219,22 +207,21 @@ class SubAgents:
         if (pending, waiting) == self._told and not spend_due:
             return
         self._told = (pending, waiting)
-        parent = workflow.get_external_workflow_handle(link.session_id)
         told = ChildApprovals(session_id=self.session.id, pending=pending, waiting=waiting)
-        if self.tells_spend:
+        if link.tells_spend:
             told.usage, told.cost_usd = self.state.usage, self.state.cost_usd
             self._told_spend = ChildSpend(usage=self.state.usage, cost_usd=self.state.cost_usd)
-        signal = parent.signal(CHILD_APPROVALS, told)
+        signal = self.session.temporal.signal(link.session_id, CHILD_APPROVALS, told)
         # No reference kept: the workflow's event loop holds every task until it ends.
         asyncio.create_task(signal)  # noqa: RUF006
 
     def _spend_due(self) -> bool:
         """In a child: whether it has spent another `SPEND_TOLD_EVERY` of a budget since it last told."""
-        if not self.tells_spend or self.state.ending is not None:
+        link = self.session.input.parent
+        if link is None or not link.tells_spend or self.state.ending is not None:
             return False
         limits, state, told = self.session.limits, self.state, self._told_spend
-        tokens = state.usage.total() - told.usage.total()
-        if tokens >= SPEND_TOLD_EVERY * limits.token_budget:
+        if state.usage.total() - told.usage.total() >= SPEND_TOLD_EVERY * limits.token_budget:
             return True
         if limits.cost_budget_usd is None or state.cost_usd is None:
             return False
@@ -242,8 +229,6 @@ class SubAgents:
 
     def _waiting(self) -> bool:
         """In a child: whether it waits and does not work (an ended one says as it last said)."""
-        if not self.tells_waits:
-            return False
         if self.state.ending is not None:
             return self._told[1] if self._told is not None else False
         return not self._clock.working()

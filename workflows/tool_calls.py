@@ -14,34 +14,25 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from activities.mcp import McpActivities
     from activities.mcp._errors import UNAVAILABLE as MCP_SERVER_UNAVAILABLE
     from activities.tools import ToolActivities
     from activities.wire import Message, ToolOutcome, ToolRequest, ToolResultBlock, ToolSpec, ToolUseBlock
-    from workflows import options, spans
+    from workflows import options
     from workflows.contract import CallStatus, ToolCallRecord
     from workflows.events import ApprovalRequested, DecisionRecorded, ToolCallEnded, ToolCallStarted
     from workflows.loops import STOP_REASON, Loops
-    from workflows.metering import current_task, history_length
+    from workflows.outcomes import Finished, HandOver
     from workflows.records import SLEEP, WAIT_FOR_EVENT, PendingApproval
-    from workflows.session import (
-        Finished,
-        HandOver,
-        Session,
-        describe_failure,
-        error_type,
-        fmt_duration,
-        short,
-        was_cancelled,
-    )
+    from workflows.session import Session, fmt_duration, short
     from workflows.state import SETTLED
     from workflows.subagents import SubAgents
+    from workflows.temporal import Failed, describe_failure
     from workflows.typed_output import FINAL_ANSWER, TypedAnswers
     from workflows.waits import Waits, check_input, is_wait, with_waits
-    from workflows.working_time import WORKING_TIME
 
 # `decided_by` of a call denied because no one decided before its approval deadline.
 TIMEOUT = "timeout"
@@ -79,7 +70,7 @@ class ToolRunner:
             return ToolResultBlock(
                 tool_use_id=call.tool_use_id, content=call.output or "", is_error=call.is_error
             )
-        with spans.tool_call_span(call):
+        with self.session.temporal.tool_call_span(call):
             return await self._settle_open(call)
 
     async def _settle_open(self, call: ToolCallRecord) -> ToolResultBlock:
@@ -143,7 +134,7 @@ class ToolRunner:
                     tool_use_id=call.tool_use_id, name=call.name, input=call.input, reason=call.repeat_reason
                 )
             )
-        with spans.approval_span(self.session, call):
+        with self.session.temporal.approval_span(call):
             await self._wait_for_decision(call)
         if call.status == "waiting_approval":
             raise HandOver()  # a long wait: the next run waits on
@@ -154,41 +145,20 @@ class ToolRunner:
         return None
 
     async def _wait_for_decision(self, call: ToolCallRecord) -> None:
-        decided = lambda: call.status != "waiting_approval" or self._idle_enough_to_hand_over()  # noqa: E731
-        if self.session.meter.patched(WORKING_TIME):
-            await self._wait_until_deadline(call, decided)
-            return
-        # Recorded before the timeout counted working time only.
-        timer = history_length()
-        try:
-            # The timer only names the wait in the Temporal UI: the run's timeout fires first.
-            await workflow.wait_condition(
-                decided, timeout=self._approval_timer(), timeout_summary=f"approval wait for {call.name}"
-            )
-        except TimeoutError:
-            await workflow.wait_condition(decided)
-        finally:
-            self.session.meter.timer_ended(timer)
-
-    async def _wait_until_deadline(self, call: ToolCallRecord, decided: Callable[[], bool]) -> None:
         """Wait for a decision; past the call's approval deadline (if any) deny it."""
+        decided = lambda: call.status != "waiting_approval" or self._idle_enough_to_hand_over()  # noqa: E731
+        temporal = self.session.temporal
         if call.deadline is None:
-            await workflow.wait_condition(decided)
+            await temporal.wait(decided)
             return
         left = (call.deadline - workflow.now()).total_seconds()
         if left > 0:
             if decided():  # decided, or the session hands over: the next run waits on
                 return
-            timer = history_length()
             timeout = self.session.input.limits.approval_timeout_seconds or left
             summary = f"approval wait for {call.name}, at most {fmt_duration(timeout)}"
-            try:
-                await workflow.wait_condition(decided, timeout=left, timeout_summary=summary)
+            if await temporal.wait(decided, timeout=left, summary=summary):
                 return
-            except TimeoutError:
-                pass
-            finally:
-                self.session.meter.timer_ended(timer)
         if call.status == "waiting_approval":
             self._deny_by_timeout(call)
 
@@ -211,45 +181,23 @@ class ToolRunner:
             return None
         if is_wait(spec):
             return check_input(call)
-        meter = self.session.meter
+        temporal, summary = self.session.temporal, f"check the input of {call.name}"
         if spec.server is None:
-            task = current_task()
-            try:
-                problem = await workflow.execute_local_activity_method(
-                    ToolActivities.check_tool_input,
-                    self._request(call),
-                    **options.check_tool_input(),
-                    summary=f"check the input of {call.name}",
-                )
-            except ActivityError as err:
-                meter.local_activity_failed(task, err, 1)
-                raise
-            meter.local_activity(task)
-            return problem
-        scheduled = history_length()
+            return await temporal.local_activity(
+                ToolActivities.check_tool_input,
+                [self._request(call)],
+                options.check_tool_input(),
+                summary=summary,
+            )
         try:
-            problem = await workflow.execute_activity_method(
+            return await temporal.activity(
                 McpActivities.check_mcp_input,
                 self._request(call),
-                **options.check_mcp_input(spec),
-                summary=f"check the input of {call.name}",
+                options.check_mcp_input(spec),
+                summary=summary,
             )
-        except ActivityError as err:
-            if was_cancelled(err):
-                meter.activity_interrupted(scheduled)
-                raise asyncio.CancelledError() from err
-            meter.activity_failed(err, options.attempts(options.check_mcp_input(spec)))
-            return f"the input of {call.name} could not be checked: {describe_failure(err, 'the check')}"
-        except asyncio.CancelledError:
-            meter.activity_interrupted(scheduled)
-            raise
-        meter.activity()
-        return problem
-
-    def _approval_timer(self) -> timedelta:
-        started = self.state.run_started_at or workflow.now()
-        left = self.session.input.limits.timeout_seconds - (workflow.now() - started).total_seconds()
-        return timedelta(seconds=max(0.0, left) + 60)
+        except Failed as err:
+            return f"the input of {call.name} could not be checked: {err.describe('the check')}"
 
     def _idle_enough_to_hand_over(self) -> bool:
         """Continue as new during approval waits only when no tool call is in flight."""
@@ -269,30 +217,15 @@ class ToolRunner:
         self.session.view.changed()
         if spec.subagent is not None:
             return await self._execute_subagent(call, spec)
-        meter, task = self.session.meter, current_task()
-        local = _runs_locally(spec)
         try:
             outcome = await self._activity(
                 spec, self._request(call), f"tool {call.name} {short(call.input, 60)}"
             )
-        except ActivityError as err:
-            if was_cancelled(err):
-                self._metered_interruption(local, task.length)
-                self._close(call, "cancelled", "cancelled before it finished")
-                raise asyncio.CancelledError() from err
-            if local:
-                meter.local_activity_failed(task, err, options.attempts(options.run_local_tool()))
-            else:
-                meter.activity_failed(err, options.attempts(self._options(spec)))
+        except Failed as err:
             return self._close(call, *_failed(spec, err))
         except asyncio.CancelledError:
-            self._metered_interruption(local, task.length)
             self._close(call, "cancelled", "cancelled before it finished")
             raise
-        if local:
-            meter.local_activity(task, outcome.attempt, outcome.duration_ms)
-        else:
-            meter.activity(outcome.attempt, outcome.heartbeats)
         call.output_ref = outcome.content_ref
         return self._close(
             call, "error" if outcome.is_error else "done", self._content(call, outcome), outcome.duration_ms
@@ -314,10 +247,7 @@ class ToolRunner:
             self._close(call, "cancelled", "cancelled before it finished")
             raise
         except ChildWorkflowError as err:
-            content, is_error = (
-                f"the sub-agent failed: {describe_failure(err.cause or err, 'sub-agent')}",
-                True,
-            )
+            content, is_error = f"the sub-agent failed: {describe_failure(err, 'sub-agent')}", True
         outcome = ToolOutcome(content=content, is_error=is_error)
         return self._close(call, "error" if is_error else "done", self._content(call, outcome))
 
@@ -330,26 +260,18 @@ class ToolRunner:
         return content + self.loops.ended(call, outcome.content, outcome.is_error)
 
     async def _activity(self, spec: ToolSpec, request: ToolRequest, summary: str) -> ToolOutcome:
+        temporal = self.session.temporal
         if spec.server is not None:
-            return await workflow.execute_activity_method(
-                McpActivities.call_mcp_tool, request, **options.call_mcp_tool(spec), summary=summary
+            return await temporal.activity(
+                McpActivities.call_mcp_tool, request, options.call_mcp_tool(spec), summary=summary
             )
         if _runs_locally(spec):
-            return await workflow.execute_local_activity_method(
-                ToolActivities.run_tool, request, **options.run_local_tool(), summary=summary
+            return await temporal.local_activity(
+                ToolActivities.run_tool, [request], options.run_local_tool(), summary=summary
             )
-        return await workflow.execute_activity_method(
-            ToolActivities.run_tool, request, **options.run_tool(spec), summary=summary
+        return await temporal.activity(
+            ToolActivities.run_tool, request, options.run_tool(spec), summary=summary
         )
-
-    @staticmethod
-    def _options(spec: ToolSpec) -> options.ActivityOptions:
-        return options.call_mcp_tool(spec) if spec.server is not None else options.run_tool(spec)
-
-    def _metered_interruption(self, local: bool, scheduled: int) -> None:
-        """A call cancelled before its result: a local one recorded nothing, a regular one its schedule."""
-        if not local:
-            self.session.meter.activity_interrupted(scheduled)
 
     def _close(
         self, call: ToolCallRecord, status: CallStatus, content: str, duration_ms: int | None = None
@@ -374,10 +296,10 @@ def _runs_locally(spec: ToolSpec) -> bool:
     return spec.server is None and spec.local and spec.policy != "at_most_once"
 
 
-def _failed(spec: ToolSpec, err: ActivityError) -> tuple[CallStatus, str]:
+def _failed(spec: ToolSpec, err: Failed) -> tuple[CallStatus, str]:
     """The status and result of a call whose activity failed (a crash, a timeout)."""
-    why = describe_failure(err, "tool call")
-    if spec.policy == "at_most_once" and error_type(err) != MCP_SERVER_UNAVAILABLE:
+    why = err.describe("tool call")
+    if spec.policy == "at_most_once" and err.error_type != MCP_SERVER_UNAVAILABLE:
         # It was started once and may have done its work before it was interrupted.
         return (
             "unknown",
@@ -390,7 +312,7 @@ async def wait_while_paused(session: Session) -> None:
     """Nothing new starts until resume."""
     state = session.state
     if state.paused:
-        await workflow.wait_condition(lambda: not state.paused)
+        await session.temporal.wait(lambda: not state.paused)
 
 
 async def list_mcp_tools(session: Session) -> list[ToolSpec]:
@@ -398,33 +320,19 @@ async def list_mcp_tools(session: Session) -> list[ToolSpec]:
     agent = session.input.agent
     if agent is None or not agent.mcp_servers:
         return []
-    try:
-        specs = await workflow.execute_activity_method(
-            McpActivities.list_mcp_tools,
-            agent.mcp_servers,
-            **options.list_mcp_tools(),
-            summary=f"list the tools of {', '.join(agent.mcp_servers)}",
-        )
-    except ActivityError as err:
-        session.meter.activity_failed(err, options.attempts(options.list_mcp_tools()))
-        raise
-    session.meter.activity()  # its heartbeats, if any, are not in its result
-    return specs
+    return await session.temporal.activity(
+        McpActivities.list_mcp_tools,
+        agent.mcp_servers,
+        options.list_mcp_tools(),
+        summary=f"list the tools of {', '.join(agent.mcp_servers)}",
+    )
 
 
 async def describe_tools(session: Session) -> list[ToolSpec]:
     """The worker's tools, narrowed to the session's list."""
-    task = current_task()
-    try:
-        specs = await workflow.execute_local_activity_method(
-            ToolActivities.describe_tools,
-            **options.describe_tools(),
-            summary="list the worker's tools",
-        )
-    except (ActivityError, ApplicationError) as err:  # a local activity's failure may come bare
-        session.meter.local_activity_failed(task, err, options.attempts(options.describe_tools()))
-        raise
-    session.meter.local_activity(task)  # its retries, if any, are not in its result
+    specs = await session.temporal.local_activity(
+        ToolActivities.describe_tools, [], options.describe_tools(), summary="list the worker's tools"
+    )
     if session.input.tools is not None:
         wanted = set(session.input.tools)
         specs = [s for s in specs if s.name in wanted]

@@ -34,7 +34,8 @@ with workflow.unsafe.imports_passed_through():
 
     from activities.wire import Message, ModelReply, TextBlock, ToolSpec
     from workflows.contract import ToolCallRecord
-    from workflows.session import Finished, Session
+    from workflows.outcomes import Finished
+    from workflows.session import Session
 
 FINAL_ANSWER = "final_answer"
 WRAPPED = "answer"  # the property that holds an answer whose schema is not an object's

@@ -19,9 +19,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.contract import RunStatus, SessionHistory, SessionInput, SessionStatus, WaitingFor
     from workflows.events import StatusChanged, WorkflowEvent
     from workflows.loops import repeats_seen
-    from workflows.metering import Meter
     from workflows.records import SLEEP, WAIT_FOR_EVENT
     from workflows.state import SessionState
+    from workflows.temporal import Temporal
 
 if TYPE_CHECKING:
     from temporalio.common import SearchAttributeKey
@@ -37,10 +37,6 @@ if TYPE_CHECKING:
 COUNTS_INDEXED_EVERY = timedelta(seconds=10)
 COUNTS_INDEXED_EVERY_STEPS = 10
 COUNTS_STALE_AT_MOST = timedelta(seconds=60)
-# Sessions whose history has neither marker upsert on every change; with the first only,
-# the counts at most every 10 s, and the run's start values again.
-COUNTS_THROTTLED = "search-attribute-counts-throttled"
-COUNTS_BY_STEPS = "search-attribute-counts-by-steps"
 INDEXED: tuple[SearchAttributeKey[Any], ...] = (search.AGENT_STATUS, search.AGENT_STEPS, search.AGENT_TOKENS,
            search.AGENT_PENDING_APPROVALS, search.AGENT_USER)  # fmt: skip
 # The values of `INDEXED`, in its order: status, steps, tokens, pending approvals, user.
@@ -54,13 +50,13 @@ class SessionView:
         input: SessionInput,
         state: SessionState,
         topic: WorkflowTopicHandle[Any],
-        meter: Meter,
+        temporal: Temporal,
     ) -> None:
         self.session_id = session_id
         self.input = input
         self.state = state
         self._topic = topic
-        self._meter = meter
+        self._temporal = temporal
         # Called after every change: a sub-agent tells its parent what it waits for.
         self.on_change: Callable[[], None] | None = None
         self._published_status: RunStatus | None = None
@@ -93,7 +89,7 @@ class SessionView:
             return
         now = workflow.now()
         if self._indexed is None or self._indexed_at is None:
-            if values == self._start_values() and self._meter.patched(COUNTS_BY_STEPS):
+            if values == self._start_values():
                 self._indexed, self._indexed_at = values, now
                 return
         elif (values[0], *values[3:]) == (self._indexed[0], *self._indexed[3:]) and self._counts_wait(
@@ -101,21 +97,15 @@ class SessionView:
         ):
             return
         self._indexed, self._indexed_at = values, now
-        # The SDK's signature leaves SearchAttributeUpdate's value type open.
-        workflow.upsert_search_attributes(  # pyright: ignore[reportUnknownMemberType]
-            [k.value_set(v) for k, v in zip(INDEXED, values, strict=True)]
-        )
-        self._meter.upsert()
+        self._temporal.upsert([k.value_set(v) for k, v in zip(INDEXED, values, strict=True)])
 
     def _counts_wait(self, values: Indexed, now: datetime) -> bool:
         """Whether a change of the step and token counts alone waits for a later upsert."""
         assert self._indexed is not None and self._indexed_at is not None
         since = now - self._indexed_at
-        if self._meter.patched(COUNTS_BY_STEPS):
-            steps = values[1] - self._indexed[1]
-            recent = since < COUNTS_INDEXED_EVERY or steps < COUNTS_INDEXED_EVERY_STEPS
-            return recent and since < COUNTS_STALE_AT_MOST
-        return since < COUNTS_INDEXED_EVERY and self._meter.patched(COUNTS_THROTTLED)
+        steps = values[1] - self._indexed[1]
+        recent = since < COUNTS_INDEXED_EVERY or steps < COUNTS_INDEXED_EVERY_STEPS
+        return recent and since < COUNTS_STALE_AT_MOST
 
     @staticmethod
     def _start_values() -> tuple[object, ...]:
@@ -175,7 +165,7 @@ class SessionView:
             agent=self.input.agent.name if self.input.agent else None,
             parent_session_id=self.input.parent.session_id if self.input.parent else None,
             forked_from=self.input.forked_from,
-            temporal_actions=self._meter.live_total(),
+            temporal_actions=self._temporal.actions(),
             notifications=state.notifications.model_copy(deep=True),
             worked_seconds=round(state.worked(workflow.now()), 3),
             wake_at=next((c.deadline for c in state.in_waits(SLEEP)), None),
@@ -205,7 +195,7 @@ class SessionView:
             messages=self.state.messages,
             trace=self.state.trace,
             tool_calls=list(self.state.calls.values()),
-            temporal_actions=self._meter.live_total(),
+            temporal_actions=self._temporal.actions(),
             archive_ref=self.state.archive_ref,
         )
 

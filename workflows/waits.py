@@ -25,9 +25,9 @@ with workflow.unsafe.imports_passed_through():
 
     from activities.wire import ToolSpec
     from workflows.events import EventReceived, Sleeping, WaitingEvent
-    from workflows.metering import history_length
+    from workflows.outcomes import HandOver
     from workflows.records import SLEEP, WAIT_FOR_EVENT, WAIT_TOOLS, ReceivedEvent, ToolCallRecord
-    from workflows.session import HandOver, Session, fmt_duration, short
+    from workflows.session import Session, fmt_duration, short
 
 MAX_WAIT_SECONDS = 30 * 24 * 3600  # 30 days
 
@@ -184,15 +184,11 @@ class Waits:
         left = (call.deadline - workflow.now()).total_seconds()
         if ready() or left <= 0:
             return
-        timer = history_length()
-        try:
-            await workflow.wait_condition(
-                lambda: ready() or self._idle_enough(), timeout=left, timeout_summary=summary
-            )
-        except TimeoutError:
+        fired = not await self.session.temporal.wait(
+            lambda: ready() or self._idle_enough(), timeout=left, summary=summary
+        )
+        if fired:
             return
-        finally:
-            self.session.meter.timer_ended(timer)
         if not ready():
             raise HandOver()
 

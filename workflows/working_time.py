@@ -7,9 +7,6 @@ the current stretch of work runs (`worked_seconds`, `working_since`), so a conti
 or a replay after a crash carries on from where the session was. The run's timeout is a
 timer armed only while it works, for the working time it has left; it is cancelled when
 the work stops and armed again when it resumes.
-
-Sessions whose history has no `WORKING_TIME` marker count wall time from the run's start,
-as they did when they were recorded.
 """
 
 from __future__ import annotations
@@ -19,10 +16,7 @@ from collections.abc import Callable
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.metering import history_length
     from workflows.session import Session, fmt_duration
-
-WORKING_TIME = "working-time"
 
 
 class WorkClock:
@@ -33,7 +27,6 @@ class WorkClock:
         self.session = session
         self.state = session.state
         self._busy = busy
-        self._timer_at: int | None = None  # the history length as the open timer started
 
     def working(self) -> bool:
         return self._busy() or self.state.working()
@@ -61,18 +54,11 @@ class WorkClock:
             state.worked_seconds = state.worked(workflow.now())
             state.working_since = None
 
-    def timer_ended(self) -> None:
-        """Count the open timer, if any, once: when it fires or stops, or as the run ends
-        (a cancelled task's `finally` may run after the workflow has returned)."""
-        if self._timer_at is not None:
-            self.session.meter.timer_ended(self._timer_at)
-            self._timer_at = None
-
     async def run_out(self, limit: float) -> None:
         """Return once the current run has worked `limit` seconds."""
         rearmed = False
         while True:
-            await workflow.wait_condition(self.working)
+            await self.session.temporal.wait(self.working)
             self.note()
             left = limit - self.run_worked()
             if left <= 0.001:
@@ -80,14 +66,6 @@ class WorkClock:
             summary = f"timeout {fmt_duration(limit)}"
             if rearmed:
                 summary += f", {fmt_duration(round(left, 1))} of work left"
-            self._timer_at = history_length()
-            try:
-                await workflow.wait_condition(
-                    lambda: not self.working(), timeout=left, timeout_summary=summary
-                )
-            except TimeoutError:
-                pass
-            finally:
-                self.timer_ended()
+            await self.session.temporal.wait(lambda: not self.working(), timeout=left, summary=summary)
             self.note()
             rearmed = True
