@@ -197,6 +197,25 @@ def parser() -> argparse.ArgumentParser:
     raising.add_argument("--reason", help="why, with --decline")
     raising.add_argument("--as", dest="decided_by", help="who decides (default cli:LOGIN)")
 
+    memory = commands.add_parser("memory", help="a user's memories across sessions: list, forget, clear")
+    memory_commands = memory.add_subparsers(dest="memory_command", required=True, parser_class=Parser)
+    for name, text in [("list", "the memories, newest first"), ("forget", "forget one memory by its key"),
+                       ("clear", "forget every memory of the scope")]:  # fmt: skip
+        verb = memory_commands.add_parser(name, help=text)
+        if name == "forget":
+            verb.add_argument("key")
+        verb.add_argument(
+            "--user",
+            default=os.environ.get("AGENT_USER", "anonymous"),
+            help="whose memories (default AGENT_USER)",
+        )
+        verb.add_argument(
+            "--agent",
+            help="the agent's scope (default: the user's own, shared by agents with memory = \"user\")",
+        )
+        if name == "list":
+            verb.add_argument("--json", action="store_true", help="one JSON object per line")
+
     export = commands.add_parser("export", help="write the Temporal event history as JSON (replayable)")
     export.add_argument("session")
     export.add_argument("file", type=Path, help="where to write it ('-' for standard output)")

@@ -234,6 +234,7 @@ def build_worker(
     from infra.fingerprint import with_fingerprint
     from workflows.agent import AgentWorkflow
     from workflows.interceptors import HeartbeatTimeout, Metering, NotifyRetry
+    from workflows.memory import MemoryWorkflow
     from workflows.notify import NotifyWorkflow
     from workflows.options import model_task_queue
 
@@ -278,11 +279,11 @@ def build_worker(
     return make(
         client,
         task_queue=queue,
-        workflows=[workflow or AgentWorkflow, NotifyWorkflow],
+        workflows=[workflow or AgentWorkflow, NotifyWorkflow, MemoryWorkflow],
         activities=[
             model.call_model,  # the calls of sessions recorded before the model calls' own queue
             model.archive_records,  # the store's archive that continue-as-new writes to
-            *ToolActivities(tools).activities(),
+            *ToolActivities(with_memory(tools)).activities(),
             *(mcp or McpActivities(load_definitions().mcp_servers)).activities(),
             *notify.activities(),
         ],
@@ -290,6 +291,14 @@ def build_worker(
         **throttles,
         **options,
     )
+
+
+def with_memory(tools: list[Tool]) -> list[Tool]:
+    """The worker's tools and the memory tools (activities/memory.py), whose names are taken."""
+    from activities.memory import MEMORY_TOOLS
+    from activities.memory import NAMES as MEMORY_NAMES
+
+    return [t for t in tools if t.name not in MEMORY_NAMES] + MEMORY_TOOLS
 
 
 def heartbeat_timeout(text: str) -> timedelta:
@@ -335,10 +344,11 @@ def model_calls_per_second(flag: float | None) -> float | None:
 
 def check_definitions(definitions: Definitions, tools: list[Tool]) -> None:
     """Every Python tool an agent names must be one this worker runs."""
+    from activities.memory import NAMES as MEMORY_NAMES
     from infra.definitions import DefinitionError, definitions_path
     from workflows.records import WAIT_TOOLS
 
-    known = {t.name for t in tools} | set(WAIT_TOOLS)
+    known = {t.name for t in tools} | set(WAIT_TOOLS) | set(MEMORY_NAMES)
     for name, agent in definitions.agents.items():
         missing = sorted(set(agent.tools or []) - known)
         if missing:

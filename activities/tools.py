@@ -38,6 +38,8 @@ class ToolContext:
     user_id: str
     tool_use_id: str
     idempotency_key: str
+    # The memory workflow of the session's user (activities/memory.py); None without one.
+    memory_scope: str | None = None
     _beats: Heartbeats | None = field(default=None, repr=False, compare=False)
 
     def heartbeat(self, *details: Any) -> None:
@@ -231,6 +233,7 @@ class ToolActivities:
                 user_id=request.user_id,
                 tool_use_id=request.tool_use_id,
                 idempotency_key=f"{request.session_id}:{request.tool_use_id}",
+                memory_scope=request.memory_scope,
                 _beats=beats,
             )
             try:

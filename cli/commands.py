@@ -26,6 +26,7 @@ from cli.watch import watch as follow
 from infra.connection import connect, task_queue
 from infra.errors import BadRequest, SessionExists, Unreachable
 from sessions import control, schedules, start_input, text
+from sessions import memory as memories
 from sessions.archive import whole_state
 from sessions.fork import forked_input
 from sessions.pricing import price_for
@@ -304,6 +305,20 @@ async def raise_limit(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+async def memory(client: Client, args: argparse.Namespace) -> int:
+    """memory list | forget KEY | clear, in one user's scope (`--user`, `--agent`)."""
+    if args.memory_command == "list":
+        render.print_memories(await memories.listing(client, args.user, args.agent), as_json=args.json)
+    elif args.memory_command == "forget":
+        gone = await memories.forget(client, args.user, args.agent, args.key)
+        if not gone:
+            raise UserError(f"no memory {args.key!r} for {args.user}; see: python client.py memory list")
+        print(f"forgot {args.key}")
+    else:
+        print(f"forgot {await memories.clear(client, args.user, args.agent)} memories of {args.user}")
+    return 0
+
+
 async def watch(client: Client, args: argparse.Namespace) -> int:
     handle = control.handle(client, args.session)
     await control.describe(handle)
@@ -339,6 +354,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], Awaitable[int]]] = {
     "close": close,
     "event": event,
     "raise": raise_limit,
+    "memory": memory,
     "export": export,
     "list": list_sessions,
     "agents": list_agents,

@@ -206,3 +206,15 @@ def print_schedules(rows: list[dict[str, Any]], as_json: bool) -> None:
         )
         for session in row["recent_sessions"][-3:]:
             console.print(f"  {escape(session)}")
+
+
+def print_memories(found: list[Any], as_json: bool) -> None:
+    """A scope's memories: `[key] text`, newest first, or one JSON object per line."""
+    if as_json:
+        for memory in found:
+            print(memory.model_dump_json())
+        return
+    if not found:
+        console.print("[dim]no memories[/]")
+    for memory in found:
+        console.print(f"[bold]{escape(memory.key)}[/] [dim]{_at(memory.at)}[/] {escape(memory.text)}")

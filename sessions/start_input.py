@@ -249,7 +249,8 @@ def agent_spec(definitions: Definitions, name: str, path: tuple[str, ...] = ()) 
         subagents = [_subagent(definitions, sub, path) for sub in definition.subagents if sub not in path]
     return AgentSpec(
         name=name, description=definition.description, mcp_servers=list(definition.mcp_servers),
-        approval=dict(definition.approval), subagents=subagents,
+        approval=dict(definition.approval), subagents=subagents, memory=definition.memory or "agent",
+        memory_prompt=definition.memory_prompt or 0,
     )  # fmt: skip
 
 

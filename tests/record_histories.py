@@ -245,6 +245,15 @@ def spending_subagent_fields() -> dict:
     }
 
 
+def memory_fields() -> dict:
+    from workflows.contract import AgentSpec
+
+    return {
+        "agent": AgentSpec(name="host", memory="user", memory_prompt=2),
+        "tools": ["remember", "recall", "forget"],
+    }
+
+
 CALL_USAGE = {"input_tokens": 1000, "output_tokens": 0, "cache_read_input_tokens": 0,
               "cache_creation_input_tokens": 0}  # fmt: skip
 
@@ -464,6 +473,17 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
             "_fields": spending_subagent_fields,
             "limits": {"cost_budget_usd": 0.004},
         },
+        nothing,
+    ),
+    # Memory across sessions: the prompt's memories at start, then remember, recall, forget.
+    "memory": (
+        [
+            tool_use("remember", {"text": "prefers green tea", "key": "drink"}, id="r1"),
+            tool_use("recall", {"query": "tea"}, id="q1"),
+            tool_use("forget", {"key": "drink"}, id="f1"),
+            answer("done"),
+        ],
+        {"_fields": memory_fields},
         nothing,
     ),
 }

@@ -22,8 +22,10 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
     from temporalio.contrib.workflow_streams import WorkflowStream
 
-    from activities.wire import ContentBlock, Message, TextBlock
-    from workflows import actions, archive, budgets
+    from activities.memory import recall
+    from activities.tools import ToolActivities
+    from activities.wire import ContentBlock, Message, TextBlock, ToolOutcome, ToolRequest
+    from workflows import actions, archive, budgets, options
     from workflows.contract import (
         CancelRequest,
         Decision,
@@ -34,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         SessionInput,
         SessionStatus,
         UserMessage,
+        memory_scope,
     )
     from workflows.events import EVENT_TOPIC, Answered, ContinuedAsNew, UserMessageTaken
     from workflows.model_calls import ModelCaller
@@ -263,6 +266,9 @@ class AgentWorkflow:
         if problem:
             session.finish("failed", error=problem)
             return
+        agent = session.input.agent
+        if agent is not None and agent.memory_prompt and state.memory_note is None and state.steps == 0:
+            state.memory_note = await self._memories_for_prompt(agent.memory_prompt)
         while True:
             if not state.idle:
                 ended = await self._run_with_limits()
@@ -284,6 +290,23 @@ class AgentWorkflow:
                 raise HandOver()
             if not await self._wait_for_input():
                 return
+
+    async def _memories_for_prompt(self, count: int) -> str:
+        """The user's `count` memories most relevant to the goal, for the system prompt (the
+        state records them: a replay or a fork sees the same ones). A failure leaves none."""
+        session = self.session
+        request = ToolRequest(
+            session_id=session.id, user_id=session.input.user_id, tool_use_id="memory-prompt",
+            name=recall.name, input={"query": session.input.goal[:2000], "limit": count},
+            max_output=session.input.limits.max_tool_output, memory_scope=memory_scope(session.input),
+        )  # fmt: skip
+        try:
+            found: ToolOutcome = await session.temporal.activity(
+                ToolActivities.run_tool, request, options.run_tool(recall.spec), summary="recall memories"
+            )
+        except Failed:
+            return ""
+        return "" if found.is_error or found.content.startswith("no memories") else found.content
 
     async def _list_tools(self) -> str | None:
         """Record the session's tools (the worker's, its MCP servers', its sub-agents'); why it cannot, or None."""

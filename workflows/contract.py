@@ -9,6 +9,7 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from activities.memory import scope_id
 from activities.wire import ContentBlock, DocumentBlock, ImageBlock, Message, StoredSource, Usage
 from activities.wire import ModelSettings as ModelSettings  # a wire type, re-exported
 from infra.model_names import DEFAULT_MODEL
@@ -114,6 +115,11 @@ class AgentSpec(BaseModel):
     # Per tool name or glob ("files__*"): always wait for a person, never, or the tool's rule.
     approval: dict[str, ApprovalRule] = Field(default_factory=dict)
     subagents: list[SubAgent] = Field(default_factory=list)
+    # Whose memories its `remember`, `recall` and `forget` reach: the user's for this agent
+    # (`agent`), or the user's own, shared by every agent that says `user` (activities/memory.py).
+    memory: Literal["agent", "user"] = "agent"
+    # The user's most relevant memories (to the goal) put in the system prompt at start: how many.
+    memory_prompt: int = Field(default=0, ge=0, le=50)
 
     def approval_rule(self, tool: str) -> ApprovalRule:
         """The rule for `tool`: an exact key first, then the first glob that matches."""
@@ -409,3 +415,10 @@ class CancelRequest(BaseModel):
 
 
 AgentSpec.model_rebuild()
+
+
+def memory_scope(input: SessionInput) -> str:
+    """The memory workflow of the session's user: per agent, unless the agent says
+    `memory = "user"`; a session without an agent has the user's own."""
+    agent = input.agent
+    return scope_id(input.user_id, agent.name if agent is not None and agent.memory == "agent" else None)

@@ -88,6 +88,9 @@ class SessionState(BaseModel):
     raised_limits: dict[str, float] = Field(default_factory=dict)
     limit_reached: LimitReached | None = None
     limit_declined: str | None = None
+    # The user's memories put in the system prompt at start (an agent's `memory_prompt`):
+    # recorded, so a replay or a fork sees the same ones; None: none were asked for.
+    memory_note: str | None = None
     # Typed answers (workflows/typed_output.py): the accepted answer, and the invalid ones so far.
     output: Any = None
     has_output: bool = False

@@ -19,10 +19,11 @@ from temporalio.exceptions import ChildWorkflowError
 with workflow.unsafe.imports_passed_through():
     from activities.mcp import McpActivities
     from activities.mcp._errors import UNAVAILABLE as MCP_SERVER_UNAVAILABLE
+    from activities.memory import NAMES as MEMORY_NAMES
     from activities.tools import ToolActivities
     from activities.wire import Message, ToolOutcome, ToolRequest, ToolResultBlock, ToolSpec, ToolUseBlock
     from workflows import options
-    from workflows.contract import CallStatus, ToolCallRecord
+    from workflows.contract import CallStatus, ToolCallRecord, memory_scope
     from workflows.events import ApprovalRequested, DecisionRecorded, ToolCallEnded, ToolCallStarted
     from workflows.loops import STOP_REASON, Loops
     from workflows.outcomes import Finished, HandOver
@@ -110,6 +111,7 @@ class ToolRunner:
             name=call.name,
             input=call.run_input(),
             max_output=self.session.input.limits.max_tool_output,
+            memory_scope=memory_scope(self.session.input) if call.name in MEMORY_NAMES else None,
         )
 
     # ---- approval ----------------------------------------------------------------------
@@ -336,4 +338,6 @@ async def describe_tools(session: Session) -> list[ToolSpec]:
     if session.input.tools is not None:
         wanted = set(session.input.tools)
         specs = [s for s in specs if s.name in wanted]
+    else:  # the memory tools only when named, like the waits
+        specs = [s for s in specs if s.name not in MEMORY_NAMES]
     return with_waits(specs, session.input.tools)
