@@ -248,11 +248,14 @@ async def schedule(client: Client, args: argparse.Namespace) -> int:
 
 async def send(client: Client, args: argparse.Namespace) -> int:
     try:
-        message = UserMessage(text=args.text)
+        message = UserMessage(text=args.text, mode=args.mode)
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
-    position = await control.act(client, args.session, AgentWorkflow.send_message, message)
-    print(f"message {position} queued for {args.session}")
+    message_id = await control.act(client, args.session, AgentWorkflow.send_message, message)
+    if args.mode == "steer" or (args.mode is None and not (await control.status(client, args.session)).chat):
+        print(f"message {message_id} sent to {args.session}: the model gets it at its next call")
+    else:
+        print(f"message {message_id} queued for {args.session}")
     return 0
 
 

@@ -201,6 +201,9 @@ class Watcher:
     def _on_user_message(self, event: ev.UserMessageTaken) -> None:
         console.print(f"[bold]you ({event.turn})[/] {escape(shorten(event.text, 400))}")
 
+    def _on_message_delivered(self, event: ev.MessageDelivered) -> None:
+        console.print(f"[dim]● message {event.id} delivered to the model (step {event.step})[/]")
+
     def _on_continued(self, event: ev.ContinuedAsNew) -> None:
         console.print(f"[dim]● continued as new (run {event.run}, after {event.steps} steps)[/]")
 

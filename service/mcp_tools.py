@@ -319,10 +319,17 @@ def build(
         session_id: SessionId,
         text: Annotated[str, Field(min_length=1, max_length=200_000, description="the message")],
         ctx: Context[Any, Any],
+        mode: Annotated[
+            Literal["queue", "steer"] | None,
+            Field(
+                description="queue: after the run's answer (a chat's default); steer: at the model's next call"
+            ),
+        ] = None,
     ) -> SessionStatus:
-        """A chat session's next message; it is queued if the session is busy. Answers the status."""
+        """A message while the session works: a chat's next (queued if it is busy), or a steer the
+        model gets at its next call. Answers the status."""
         with one_line_errors():
-            message = steering.message(text)
+            message = steering.message(text, mode)
         return await steer(ctx, session_id, AgentWorkflow.send_message, message)
 
     @server.tool(annotations=CHANGES, title="Pause a session")

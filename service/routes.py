@@ -134,9 +134,9 @@ async def cancel(session_id: str, user: Caller, owned: Owned, body: OptionalCanc
 
 @router.post("/{session_id}/messages", responses=CONFLICT)
 async def send_message(session_id: str, body: schemas.Message, user: Caller, owned: Owned) -> SessionStatus:
-    """A chat session's next message."""
+    """A message while the session works: a chat's next (`queue`), or a steer for the model's next call."""
     try:
-        message = UserMessage(text=body.text)
+        message = UserMessage(text=body.text, mode=body.mode)
     except ValidationError as err:
         raise InvalidInput(err.errors()[0]["msg"]) from None
     return await _steer(owned, user, session_id, AgentWorkflow.send_message, message)

@@ -154,9 +154,9 @@ def decision(
         raise BadRequest(one_line(err)) from None
 
 
-def message(text: str) -> UserMessage:
+def message(text: str, mode: str | None = None) -> UserMessage:
     try:
-        return UserMessage(text=text)
+        return UserMessage.model_validate({"text": text, "mode": mode})
     except ValidationError as err:
         raise BadRequest(one_line(err)) from None
 

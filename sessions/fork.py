@@ -73,7 +73,8 @@ def forked_state(session_id: str, state: SessionState, step: int, message: str |
             "user_turns": sum(1 for m in messages if m.role == "user" and m.text()),
             "answer": _last_answer(messages),
             # a new session's first run
-            "runs": 0, "paused": False, "idle": False, "closing": False, "queue": [], "run_started_at": None,
+            "runs": 0, "paused": False, "idle": False, "closing": False, "pending": [], "run_started_at": None,
+            "last_message_id": None, "steered": False,
             "stream_state": None, "cancel_requested": None, "ending": None, "updated_at": None,
             "child_approvals": {}, "child_waits": [],
             # a typed answer is given afresh

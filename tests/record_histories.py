@@ -258,6 +258,16 @@ CALL_USAGE = {"input_tokens": 1000, "output_tokens": 0, "cache_read_input_tokens
               "cache_creation_input_tokens": 0}  # fmt: skip
 
 
+async def steer_during_tool(handle) -> None:
+    """A steer sent while the tool runs: the model gets it after the tool's result."""
+    from workflows.contract import UserMessage
+
+    await asyncio.sleep(0.5)
+    await handle.execute_update(
+        "send_message", UserMessage(text="answer in French", mode="steer"), result_type=int
+    )
+
+
 async def chat(handle) -> None:
     await wait_for(handle, "waiting_input")
     await handle.execute_update("send_message", {"text": "and then?"}, result_type=int)
@@ -474,6 +484,12 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
             "limits": {"cost_budget_usd": 0.004},
         },
         nothing,
+    ),
+    # A steer: given to the model's next call with the tool's result, in the same user turn.
+    "steer": (
+        [tool_use("slow_upsert", {"key": "k", "seconds": 1.5}, id="s1"), answer("fini")],
+        {},
+        steer_during_tool,
     ),
     # Memory across sessions: the prompt's memories at start, then remember, recall, forget.
     "memory": (

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from jsonschema.protocols import Validator
 
+    from workflows import messages
     from workflows.contract import (
         INVALID_TOOL_INPUT,
         CancelRequest,
@@ -204,19 +205,12 @@ def take_event(session: Session, event: EventInput) -> str:
 
 
 def check_send(session: Session, message: UserMessage) -> None:
-    session.refuse_if_finished("take a message")
-    if not session.input.chat:
-        raise ValueError(f"session {session.id} is not a chat session (start one with --chat)")
-    if session.state.closing:
-        raise ValueError(f"session {session.id} is closing; it takes no more messages")
+    messages.check_send(session, message)
 
 
 def send(session: Session, message: UserMessage) -> int:
-    """Queue a user message; its position among the user turns (the goal is 1)."""
-    state = session.state
-    state.queue.append(message.text)
-    session.view.changed()
-    return state.user_turns + len(state.queue)
+    """Keep a user message for the model (workflows/messages.py); its id (the goal is 1)."""
+    return messages.send(session, message)
 
 
 def check_close(session: Session) -> None:
@@ -231,6 +225,6 @@ def close(session: Session) -> str:
     state = session.state
     state.closing = True
     session.view.changed()
-    if not state.idle or state.queue:
+    if not state.idle or state.pending:
         return "closing: the session ends after the messages already sent"
     return "closed"

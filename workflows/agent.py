@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.memory import recall
     from activities.tools import ToolActivities
     from activities.wire import ContentBlock, Message, TextBlock, ToolOutcome, ToolRequest
-    from workflows import actions, archive, budgets, options
+    from workflows import actions, archive, budgets, messages, options
     from workflows.contract import (
         CancelRequest,
         Decision,
@@ -280,8 +280,8 @@ class AgentWorkflow:
                     Answered(status=ended.status, stop_reason=ended.stop_reason, answer=state.answer)
                 )
                 session.view.changed()
-            if state.queue:
-                self._take_message(state.queue.pop(0))
+            if (message := messages.take_next(session)) is not None:
+                self._take_message(message.text)
                 continue
             if state.closing:
                 session.finish("completed")
@@ -328,7 +328,7 @@ class AgentWorkflow:
         """Wait idle for the next message; False when the session ended meanwhile."""
         session, state = self.session, self.session.state
         came = await self.temporal.wait(
-            lambda: bool(state.queue) or state.closing or state.cancel_requested is not None
+            lambda: bool(state.pending) or state.closing or state.cancel_requested is not None
             or self._wants_handover(),
             timeout=session.input.idle_timeout_seconds,
             summary=f"idle {fmt_duration(session.input.idle_timeout_seconds)}",
@@ -413,14 +413,15 @@ class AgentWorkflow:
             if state.steps >= self.session.limits.max_steps:
                 await self.budgets.at_max_steps()
                 continue
+            messages.deliver_steers(self.session)
             reply = await self.model.call()
             self.model.record(reply)
             await self.budgets.check()
             stop = reply.stop_reason
             if stop == "tool_use" and reply.message.tool_uses():
                 continue  # its tools run at the top of the loop
-            if stop == "pause_turn":
-                continue
+            if stop == "pause_turn" or (stop in ("end_turn", "tool_use") and state.steers()):
+                continue  # a steer sent meanwhile gets one more call of this run
             if stop in ("end_turn", "tool_use"):
                 if self.typed is not None:
                     self.typed.text_answer(reply)

@@ -276,6 +276,9 @@ class SessionInput(BaseModel):
 
 class UserMessage(BaseModel):
     text: str = Field(min_length=1, max_length=200_000)
+    # `queue`: after the run's answer (a chat's default); `steer`: at the model's next call in
+    # the current run (the default otherwise). workflows/messages.py.
+    mode: Literal["queue", "steer"] | None = None
 
     @field_validator("text")
     @classmethod
@@ -318,6 +321,15 @@ class WaitingFor(BaseModel):
     until: datetime
 
 
+class PendingMessageView(BaseModel):
+    """A pending message as `status` shows it: its id, mode, length and when it was sent."""
+
+    id: int
+    mode: Literal["queue", "steer"]
+    chars: int
+    sent_at: datetime | None = None
+
+
 class StuckTask(BaseModel):
     """Why a running session makes no progress: its workflow task fails, over and over."""
 
@@ -341,6 +353,8 @@ class SessionStatus(BaseModel):
     chat: bool = False
     user_turns: int = 1
     queued_messages: int = 0
+    # Messages sent and not yet given to the model, oldest first (workflows/messages.py).
+    pending_messages: list[PendingMessageView] = Field(default_factory=list)
     runs: int = 1
     model: str
     # The model the latest step was made with: `model`, or a fallback model while one is in use.

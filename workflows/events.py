@@ -143,6 +143,14 @@ class UserMessageTaken(WorkflowEvent):
     text: str
 
 
+class MessageDelivered(WorkflowEvent):
+    """A person's message (`send_message`, id `id`) went to the model, in the call of `step`."""
+
+    type: Literal["message_delivered"] = "message_delivered"
+    id: int
+    step: int
+
+
 class ContinuedAsNew(WorkflowEvent):
     type: Literal["continued"] = "continued"
     run: int
@@ -171,6 +179,7 @@ SessionEvent = Annotated[
     | LimitRaised
     | Answered
     | UserMessageTaken
+    | MessageDelivered
     | ContinuedAsNew
     | SessionEnded
     | TextDelta

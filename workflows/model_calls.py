@@ -183,6 +183,7 @@ class ModelCaller:
         """The reply in the state: the message, usage and cost, a trace turn, its tool calls."""
         state, input, now = self.state, self.session.input, workflow.now()
         state.steps += 1
+        state.steered = False
         state.usage = state.usage + reply.usage
         price = input.price_of(self._model)
         turn_cost = price.cost(reply.usage) if price else None

@@ -75,6 +75,17 @@ class ChildSpend(BaseModel):
     cost_usd: float | None = None
 
 
+class PendingMessage(BaseModel):
+    """A person's message the model has not had yet (`send_message`): `queue` waits for the
+    run's answer and starts the next run (a chat's); `steer` goes to the model's next call in
+    the current run, after the pending tool results."""
+
+    id: int
+    mode: Literal["queue", "steer"]
+    text: str
+    sent_at: datetime | None = None  # None: queued by a session that kept no time
+
+
 class Repeat(BaseModel):
     """A call the model repeats (workflows/loops.py): the same input `count` times over the
     session (`input`), or the same output `count` times in a row (`output`)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, cast
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from activities.wire import ContentBlock, Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock, Usage
@@ -23,6 +23,7 @@ from workflows.records import (
     Notifications,
     OutputStreak,
     PendingApproval,
+    PendingMessage,
     ReceivedEvent,
     RunStatus,
     ToolCallRecord,
@@ -63,7 +64,12 @@ class SessionState(BaseModel):
     paused: bool = False
     idle: bool = False  # a chat between runs, waiting for input
     closing: bool = False
-    queue: list[str] = Field(default_factory=list)
+    # Messages sent and not yet given to the model, oldest first (workflows/messages.py).
+    pending: list[PendingMessage] = Field(default_factory=list)
+    # The id of the latest message sent (None: as sessions before it counted, from the turns).
+    last_message_id: int | None = None
+    # The next model call carries a steer: it is not a run's first (tool_choice is not applied).
+    steered: bool = False
     user_turns: int = 1
     answer: str | None = None
     run_started_at: datetime | None = None
@@ -113,6 +119,23 @@ class SessionState(BaseModel):
     # the newest archived part (each names the one before it), and how many messages it holds.
     archive_ref: str | None = None
     archived_messages: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _queue_is_pending(cls, value: Any) -> Any:
+        # Runs before `pending` queued a chat's messages as plain texts in `queue`.
+        if not isinstance(value, dict):
+            return value
+        fields = dict(cast("dict[str, Any]", value))
+        if "queue" not in fields:
+            return fields
+        queue = cast("list[str]", fields.pop("queue") or [])
+        if queue and not fields.get("pending"):
+            turns = int(fields.get("user_turns", 1))
+            fields["pending"] = [
+                {"id": turns + i + 1, "mode": "queue", "text": t} for i, t in enumerate(queue)
+            ]
+        return fields
 
     @field_validator("calls", mode="before")
     @classmethod
@@ -204,9 +227,17 @@ class SessionState(BaseModel):
 
     def next_call_starts_run(self) -> bool:
         """Whether the next model call is a run's first: it answers a person's message (the
-        goal, a chat message), not tool results."""
+        goal, a chat message), not tool results or a steer."""
         last = self.messages[-1]
-        return last.role == "user" and any(isinstance(b, TextBlock) for b in last.content)
+        return (
+            not self.steered and last.role == "user" and any(isinstance(b, TextBlock) for b in last.content)
+        )
+
+    def queued(self) -> list[PendingMessage]:
+        return [m for m in self.pending if m.mode == "queue"]
+
+    def steers(self) -> list[PendingMessage]:
+        return [m for m in self.pending if m.mode == "steer"]
 
     def spec(self, name: str) -> ToolSpec | None:
         return next((s for s in self.specs if s.name == name), None)

@@ -16,7 +16,14 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from workflows import search
-    from workflows.contract import RunStatus, SessionHistory, SessionInput, SessionStatus, WaitingFor
+    from workflows.contract import (
+        PendingMessageView,
+        RunStatus,
+        SessionHistory,
+        SessionInput,
+        SessionStatus,
+        WaitingFor,
+    )
     from workflows.events import StatusChanged, WorkflowEvent
     from workflows.loops import repeats_seen
     from workflows.records import SLEEP, WAIT_FOR_EVENT
@@ -153,7 +160,11 @@ class SessionView:
             output=state.output,
             chat=self.input.chat,
             user_turns=state.user_turns,
-            queued_messages=len(state.queue),
+            queued_messages=len(state.queued()),
+            pending_messages=[
+                PendingMessageView(id=m.id, mode=m.mode, chars=len(m.text), sent_at=m.sent_at)
+                for m in state.pending
+            ],
             runs=state.runs,
             model=self.input.model,
             model_in_use=state.model_in_use or self.input.model,
