@@ -347,6 +347,27 @@ def build(
         """End a chat session after the messages already sent."""
         return await steer(ctx, session_id, AgentWorkflow.close_session)
 
+    @server.tool(annotations=CHANGES, title="Raise a session's limit")
+    async def raise_limit(
+        session_id: SessionId,
+        name: Annotated[Literal["max_steps", "token_budget", "cost_budget"], Field(description="the limit")],
+        value: Annotated[float, Field(gt=0, description="the new absolute limit, above what is used")],
+        ctx: Context[Any, Any],
+    ) -> SessionStatus:
+        """Set a new limit; a session waiting at it (waiting_budget) goes on. Answers the status."""
+        with one_line_errors():
+            request = steering.limit_raise(caller(ctx), name, value)
+        return await steer(ctx, session_id, AgentWorkflow.raise_limit, request)
+
+    @server.tool(annotations=CHANGES, title="Decline more budget")
+    async def decline_limit(
+        session_id: SessionId, ctx: Context[Any, Any], reason: Reason = None
+    ) -> SessionStatus:
+        """A session waiting at a limit (waiting_budget) ends stopped, the limit its reason."""
+        with one_line_errors():
+            request = steering.limit_decline(caller(ctx), reason)
+        return await steer(ctx, session_id, AgentWorkflow.decline_limit, request)
+
     @server.tool(
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False),
         title="Cancel a session",

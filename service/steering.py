@@ -38,6 +38,8 @@ from workflows.contract import (
     FINAL_STATUSES,
     CancelRequest,
     Decision,
+    LimitDecline,
+    LimitRaise,
     SessionInput,
     SessionStatus,
     UserMessage,
@@ -157,6 +159,20 @@ def decision(
 def message(text: str, mode: str | None = None) -> UserMessage:
     try:
         return UserMessage.model_validate({"text": text, "mode": mode})
+    except ValidationError as err:
+        raise BadRequest(one_line(err)) from None
+
+
+def limit_raise(user: User, name: str, value: float) -> LimitRaise:
+    try:
+        return LimitRaise.model_validate({"name": name, "value": value, "decided_by": user.name})
+    except ValidationError as err:
+        raise BadRequest(one_line(err)) from None
+
+
+def limit_decline(user: User, reason: str | None) -> LimitDecline:
+    try:
+        return LimitDecline(reason=reason, decided_by=user.name)
     except ValidationError as err:
         raise BadRequest(one_line(err)) from None
 

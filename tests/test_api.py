@@ -115,6 +115,7 @@ async def test_openapi_and_docs_describe_every_endpoint(api: ApiProcess):
             "close",
             "events",
             "history",
+            "limits",
         ]:
             assert f"/v1/sessions/{{session_id}}/{action}" in paths
         assert set(paths["/v1/sessions"]) == {"get", "post"}
@@ -275,13 +276,21 @@ async def test_another_users_session_is_unknown_to_them_everywhere(
             ("POST", "/approve", {"tool_use_id": "e1"}), ("POST", "/deny", {"tool_use_id": "e1"}),
             ("POST", "/pause", None), ("POST", "/resume", None), ("POST", "/cancel", {}),
             ("POST", "/messages", {"text": "hi"}), ("POST", "/close", None),
-            ("POST", "/events", {"name": "build"}),
+            ("POST", "/events", {"name": "build"}), ("POST", "/limits", {"decline": True}),
+            ("POST", "/limits", {"name": "max_steps", "value": 50}),
         ]:  # fmt: skip
             response = await bob.request(method, f"/v1/sessions/{session_id}{path}", json=body)
             error = assert_error(response, 404, "SessionNotFound")
             # Word for word what an unknown id gets, but for the id itself.
             assert error["message"].replace(session_id, "no-such-session") == unknown["error"]["message"]
         assert (await alice.get(f"/v1/sessions/{session_id}")).json()["status"] == "waiting_approval"
+        refused = await alice.post(f"/v1/sessions/{session_id}/limits", json={"decline": True})
+        assert "is not waiting at a limit" in assert_error(refused, 409)["message"]
+        assert_error(await alice.post(f"/v1/sessions/{session_id}/limits", json={"name": "max_steps"}), 422)
+        raised = await alice.post(
+            f"/v1/sessions/{session_id}/limits", json={"name": "max_steps", "value": 30}
+        )
+        assert raised.status_code == 200 and raised.json()["limits"]["max_steps"] == 30, raised.text
         # An operator sees and steers it; the decision is hers.
         assert (await olga.get(f"/v1/sessions/{session_id}")).status_code == 200
         denied = await olga.post(
