@@ -4,6 +4,9 @@ sessions.
 Users and their tokens come from the TOML file named by `AGENT_API_USERS`. Without it the
 server listens on 127.0.0.1 only, with one local user whose random token is in the URL it
 prints. Temporal is reached as by the client (`TEMPORAL_ADDRESS`, `TEMPORAL_TASK_QUEUE`...).
+It answers only requests sent to its own names (loopback on its port, the address it
+listens on, the public URL) and from its own pages, against DNS rebinding: --allow-host and
+--allow-origin (`AGENT_ALLOWED_HOSTS`, `AGENT_ALLOWED_ORIGINS`) add more.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from infra.errors import AgentError
 
 if TYPE_CHECKING:
     from service.auth import Users
+    from service.origins import Access
 
 LOCAL = "127.0.0.1"
 
@@ -37,34 +41,59 @@ def main() -> int:
         help="address to listen on (default: %(default)s; without AGENT_API_USERS always 127.0.0.1)",
     )
     parser.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
+    parser.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="the address clients reach the service at, e.g. behind a proxy (https://agents.example.com): "
+        "its host and origin are allowed, and the A2A card names it (default: $AGENT_PUBLIC_URL)",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="answer requests sent to this host name too (without a port: on any port); repeatable, "
+        "added to $AGENT_ALLOWED_HOSTS. Others get 421",
+    )
+    parser.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="SCHEME://HOST[:PORT]",
+        help="answer browser requests from pages of this origin too; repeatable, added to "
+        "$AGENT_ALLOWED_ORIGINS. Other pages get 403",
+    )
     args = parser.parse_args()
     # The web framework and Temporal's SDK load after the arguments: --help answers at once.
+    from service import origins
     from service.auth import load_users, local_user
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     users_file = os.environ.get("AGENT_API_USERS")
+    host = args.host
     try:
         extras.check_settings()
         users = load_users(Path(users_file)) if users_file else None
+        if users is None:
+            host = LOCAL
+        access = origins.from_settings(args.port, host, args.public_url, args.allow_host, args.allow_origin)
     except AgentError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    host = args.host
     if users is None:
         users, token = local_user()
-        if host != LOCAL:
-            print(f"no AGENT_API_USERS file: listening on {LOCAL} only, not {host}", file=sys.stderr)
-            host = LOCAL
+        if args.host != LOCAL:
+            print(f"no AGENT_API_USERS file: listening on {LOCAL} only, not {args.host}", file=sys.stderr)
         print(f"open http://{LOCAL}:{args.port}/?token={token}", flush=True)
     try:
-        asyncio.run(serve(users, host, args.port))
+        asyncio.run(serve(users, host, args.port, access))
     except AgentError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0
 
 
-async def serve(users: Users, host: str, port: int) -> None:
+async def serve(users: Users, host: str, port: int, access: Access) -> None:
     import uvicorn
 
     from infra.connection import connect
@@ -73,7 +102,7 @@ async def serve(users: Users, host: str, port: int) -> None:
     # Connect first, so an unreachable Temporal (or a setting whose extra is missing) is
     # one line and exit code 1.
     client = await connect()
-    config = uvicorn.Config(create_app(users, client), host=host, port=port, log_level="info")
+    config = uvicorn.Config(create_app(users, client, access), host=host, port=port, log_level="info")
     await uvicorn.Server(config).serve()
 
 

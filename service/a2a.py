@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from a2a.auth.user import User as A2AUser
+from a2a.compat.v0_3.conversions import to_compat_agent_card
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler, validate_request_params
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.types.a2a_pb2 import (
@@ -69,6 +69,7 @@ from a2a.types.a2a_pb2 import (
     Role,
     SecurityRequirement,
     SecurityScheme,
+    SendMessageConfiguration,
     SendMessageRequest,
     StringList,
     SubscribeToTaskRequest,
@@ -79,7 +80,12 @@ from a2a.types.a2a_pb2 import (
     TaskStatus,
     TaskStatusUpdateEvent,
 )
-from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0
+from a2a.utils.constants import (
+    AGENT_CARD_WELL_KNOWN_PATH,
+    PROTOCOL_VERSION_0_3,
+    PROTOCOL_VERSION_1_0,
+    VERSION_HEADER,
+)
 from a2a.utils.errors import (
     A2AError,
     ExtendedAgentCardNotConfiguredError,
@@ -100,6 +106,7 @@ from starlette.routing import Route
 from temporalio.service import RPCError
 
 from activities.wire import TextBlock, TextDelta
+from infra import project
 from infra.errors import AgentError, BadRequest, InvalidInput, SessionExists, SessionNotFound
 from service import steering
 from service.auth import User, Users, bearer_user
@@ -380,6 +387,7 @@ class SessionTasks(RequestHandler):
 
     @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        _check_history_length(params)
         task = await self._task(_user(context), TaskRef.parse(params.id))
         return apply_history_length(task, params)
 
@@ -439,6 +447,15 @@ class SessionTasks(RequestHandler):
             except SessionNotFound:
                 if ref is not None or decisions:
                     raise TaskNotFoundError(message=f"no task {ref.id if ref else session_id!r}") from None
+        if (
+            ref is not None
+            and status is not None
+            and (ended := task_of(status, ref.turn)).status.state in TERMINAL
+        ):
+            raise UnsupportedOperationError(
+                message=f"task {ref.id} has ended ({TaskState.Name(ended.status.state).removeprefix('TASK_STATE_').lower()}): "
+                f"it takes no more messages; send the next one with contextId {ref.session_id} only"
+            )
         if decisions:
             if status is None or session_id is None:
                 raise InvalidParamsError(
@@ -499,6 +516,7 @@ class SessionTasks(RequestHandler):
     @validate_request_params
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         user = _user(context)
+        _check_history_length(params.configuration)
         with _errors():
             ref, status = await self._deliver(params, user)
             if not params.configuration.return_immediately:
@@ -512,6 +530,7 @@ class SessionTasks(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent]:
         user = _user(context)
+        _check_history_length(params.configuration)
         with _errors():
             ref, status = await self._deliver(params, user)
         async for event in self._stream(user, ref, status):
@@ -587,6 +606,12 @@ class SessionTasks(RequestHandler):
         raise ExtendedAgentCardNotConfiguredError
 
 
+def _check_history_length(params: GetTaskRequest | SendMessageConfiguration) -> None:
+    """`historyLength` counts messages: a negative one is invalid params (-32602)."""
+    if params.HasField("history_length") and params.history_length < 0:
+        raise InvalidParamsError(message=f"historyLength must be 0 or more, not {params.history_length}")
+
+
 def _metadata(metadata: struct_pb2.Struct) -> dict[str, Any]:
     return MessageToDict(metadata) if metadata.fields else {}
 
@@ -633,7 +658,7 @@ def agent_card(base_url: str) -> AgentCard:
             "is one task. A tool call waiting for approval makes the task input-required: reply with a "
             'data part {"approve": TOOL_USE_ID} or {"deny": TOOL_USE_ID, "reason": "..."}.'
         ),
-        version="1",
+        version=project.version(),
         supported_interfaces=[
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_1_0),
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_0_3),
@@ -653,6 +678,19 @@ def agent_card(base_url: str) -> AgentCard:
     )
 
 
+def card_for(version: str | None, card: AgentCard) -> dict[str, Any]:
+    """The card as the asking client's protocol version defines it: 1.0's (interfaces in
+    `supportedInterfaces`, a security scheme as one member) for a 1.x `A2A-Version`, 0.3's
+    (`url`, `protocolVersion`, a scheme as `{type, ...}`) otherwise, no header meaning 0.3
+    as the protocol says. One definition, either shape, never both."""
+    if (version or PROTOCOL_VERSION_0_3).strip().split(".")[0] not in ("", "0"):
+        return MessageToDict(card)
+    legacy = to_compat_agent_card(card).model_dump(mode="json", by_alias=True, exclude_none=True)
+    if not legacy.get("supportsAuthenticatedExtendedCard"):
+        legacy.pop("supportsAuthenticatedExtendedCard", None)
+    return legacy
+
+
 def install(app: FastAPI, users: Users, sessions_of: Callable[[], Sessions]) -> None:
     """The card (public) and the JSON-RPC endpoint (bearer token) on the API's app."""
     dispatcher = JsonRpcDispatcher(
@@ -667,7 +705,11 @@ def install(app: FastAPI, users: Users, sessions_of: Callable[[], Sessions]) -> 
         return await dispatcher.handle_requests(request)
 
     async def card(request: Request) -> Response:
-        return JSONResponse(agent_card_to_dict(agent_card(str(request.base_url))))
+        public_url = request.app.state.access.public_url
+        found = agent_card(public_url or str(request.base_url))
+        # The version the client speaks: its A2A-Version header, or the request parameter of that name.
+        version = request.headers.get(VERSION_HEADER) or request.query_params.get(VERSION_HEADER)
+        return JSONResponse(card_for(version, found), headers={"Vary": VERSION_HEADER})
 
     app.router.routes.append(Route(PATH, rpc, methods=["POST"]))
     app.router.routes.append(Route(AGENT_CARD_WELL_KNOWN_PATH, card, methods=["GET"]))

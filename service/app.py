@@ -1,5 +1,5 @@
-"""The agent service's application: the routes, the error answers, the body limit, and the
-Temporal client with the session feeds, made when the server starts. The same sessions are
+"""The agent service's application: the routes, the error answers, the Host and Origin
+check, the body limit, and the Temporal client with the session feeds, made when the server starts. The same sessions are
 an MCP server at `/mcp` (`service.mcp_tools`) and an A2A agent at `/a2a`, with its card at
 `/.well-known/agent-card.json` (`service.a2a`)."""
 
@@ -15,9 +15,10 @@ from fastapi.responses import HTMLResponse
 from temporalio.client import Client
 
 from infra.connection import connect
-from service import a2a, http_errors, mcp_tools, pages, routes, sse
+from service import a2a, http_errors, mcp_tools, origins, pages, routes, sse
 from service.auth import Users, current_user
 from service.feeds import Feeds
+from service.origins import Access
 from service.ownership import Owners
 from service.steering import Sessions
 
@@ -27,8 +28,10 @@ Send `Authorization: Bearer TOKEN`; in a browser, open `/?token=TOKEN` once. Err
 `{"error": {"type", "message"}}`."""
 
 
-def create_app(users: Users, client: Client | None = None) -> FastAPI:
-    """The app; it connects to Temporal at startup unless given a client."""
+def create_app(users: Users, client: Client | None = None, access: Access | None = None) -> FastAPI:
+    """The app; it connects to Temporal at startup unless given a client. `access` names the
+    hosts and origins it answers (`service.origins`); by default loopback on port 8080."""
+    access = access or Access.build(8080)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -49,8 +52,11 @@ def create_app(users: Users, client: Client | None = None) -> FastAPI:
         lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
     )  # fmt: skip
     app.state.users = users
+    app.state.access = access
     http_errors.install(app)
     app.add_middleware(http_errors.BodyLimit)
+    # Outermost: a request for another name or from another page goes no further.
+    app.add_middleware(origins.Guard, access=access)
     for module in (pages, routes, sse):
         app.include_router(module.router)
     mcp = mcp_tools.build(sessions, mcp_tools.http_caller)

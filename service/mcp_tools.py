@@ -6,7 +6,8 @@ Tools start, read, wait on and steer sessions; resources give a session's status
 through `service.steering`, so a tool does what the HTTP route of the same name does,
 as the caller: over stdio one user who sees every session (`mcp:<login name>`, as the
 command line is `cli:<login name>`), over HTTP the user of the bearer token, who sees
-and decides only their own sessions (others' answer as unknown).
+and decides only their own sessions (others' answer as unknown). Prompts, completion,
+resource subscriptions and notices are `service.mcp_protocol`'s.
 
 `wait_for_session` waits for the session to end, to need a person or for its timeout,
 sending progress notifications meanwhile (their values only grow, across the rounds of
@@ -40,11 +41,14 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    INVALID_PARAMS,
     CallToolResult,
     ElicitRequest,
     ElicitRequestFormParams,
     ElicitResult,
+    GetPromptResult,
     InputRequiredResult,
     ToolAnnotations,
 )
@@ -55,8 +59,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.service import RPCError
 
 from activities.wire import TextDelta
+from infra import project
 from infra.errors import AgentError, InvalidInput, Rejected, SessionNotFound
-from service import schemas, steering
+from service import mcp_protocol, schemas, steering
 from service.auth import User, Users, bearer_user
 from service.http_errors import error_response
 from service.schemas import SessionList
@@ -67,7 +72,8 @@ from workflows import events as ev
 from workflows.agent import AgentWorkflow
 from workflows.contract import PendingApproval, SessionStatus
 
-NAME = "agent-sessions"
+NAME = project.NAME  # serverInfo: the project's name and version (pyproject.toml)
+TITLE = "Agent sessions"
 PATH = "/mcp"
 SCOPE_USER = "agent.user"  # the ASGI scope key of the caller, set by `BearerOnly`
 # The first revision whose tools answer "input required" instead of asking during the call.
@@ -124,17 +130,34 @@ class WaitState(BaseModel):
 
 class SessionsServer(MCPServer):
     """`MCPServer` whose failed calls answer with one line: an argument that breaks a
-    tool's schema says which and why, instead of pydantic's multi-line report."""
+    tool's schema says which and why, instead of pydantic's multi-line report. An unknown
+    tool or prompt, or a prompt's missing argument, is a protocol error (-32602)."""
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        if self._tool_manager.get_tool(name) is None:
+            raise MCPError(code=INVALID_PARAMS, message=f"unknown tool {name!r}", data={"name": name})
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as err:
             if isinstance(err.__cause__, ValidationError):
                 raise ToolError(f"invalid arguments for {name}: {steering.one_line(err.__cause__)}") from err
             raise
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
+    ) -> GetPromptResult | InputRequiredResult:
+        if self._prompt_manager.get_prompt(name) is None:
+            known = ", ".join(p.name for p in self._prompt_manager.list_prompts())
+            raise MCPError(code=INVALID_PARAMS, message=f"unknown prompt {name!r}: the prompts are {known}")
+        try:
+            return await super().get_prompt(name, arguments, context)
+        except ValueError as err:  # a missing argument, or one its function refused
+            cause = err.__cause__ or err
+            if isinstance(cause, MCPError):
+                raise cause from None
+            raise MCPError(code=INVALID_PARAMS, message=f"prompt {name}: {cause}") from None
 
 
 @contextmanager
@@ -159,10 +182,12 @@ def build(
         return caller_of(ctx).name
 
     server = SessionsServer(
-        NAME, instructions=INSTRUCTIONS, log_level="WARNING",
+        NAME, title=TITLE, version=project.version(), instructions=INSTRUCTIONS, log_level="WARNING",
         # Per process: the rounds of a call end with the process that answered the first.
         request_state_security=RequestStateSecurity(keys=[os.urandom(32)], bind_principal=principal),
+        subscriptions=False,  # `mcp_protocol` serves subscriptions/listen, per caller
     )  # fmt: skip
+    mcp_protocol.install(server, sessions_of, caller_of)
 
     def caller(ctx: Context[Any, Any]) -> User:
         return caller_of(ctx.request_context)
@@ -672,8 +697,8 @@ def http_caller(ctx: ServerRequestContext[Any, Any] | None) -> User:
 def http_route(server: MCPServer, users: Users) -> Route:
     """The `/mcp` route (streamable HTTP) for the API. The caller runs
     `server.session_manager.run()` for the app's lifetime."""
-    # The token is the protection: a page elsewhere cannot send it, so the Host check
-    # (for servers with no authentication) is off, and any host name the API has works.
+    # The SDK's Host and Origin check is off: the app's own (`service.origins`) guards
+    # every door, `/mcp` among them, with the names and origins the operator allowed.
     inner = server.streamable_http_app(
         streamable_http_path=PATH,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),

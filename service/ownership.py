@@ -8,6 +8,7 @@ existence is not revealed. Owners never change, so they are remembered.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from temporalio.client import Client
@@ -19,6 +20,7 @@ from sessions import control
 from workflows.contract import SessionStatus
 
 LIST_QUERY_TIMEOUT = 3.0  # seconds per session; they are asked all at once
+ID_SCAN = 1000  # sessions, newest first, that `session_ids` looks through
 
 
 class Owners:
@@ -39,12 +41,28 @@ class Owners:
         return found
 
     async def check(self, user: User, session_id: str) -> None:
-        """`SessionNotFound` unless this user may steer the session."""
+        """`SessionNotFound` unless this user may steer the session. An owner not yet known
+        is read from the session's start input: a history read, no query (no billable
+        action, and no worker needed)."""
         owner = self.known.get(session_id)
         if owner is None:
-            await self.status(user, session_id)
-        elif not user.may_see(owner):
+            started, _ = await control.start_input(self.client, control.handle(self.client, session_id))
+            owner = started.user_id
+            self.remember(session_id, owner)
+        if not user.may_see(owner):
             raise SessionNotFound(session_id)
+
+    async def session_ids(self, user: User, prefix: str = "") -> list[str]:
+        """The ids starting with `prefix` of the sessions this user may see, newest first,
+        read from visibility (no query). Without the Agent* search attributes a user who is
+        not an operator gets the sessions whose owner this process knows."""
+        mine = None if user.operator else user.name
+        if mine is not None and not await self.has_search_attributes():
+            return sorted(i for i, owner in self.known.items() if owner == mine and i.startswith(prefix))
+        where = "WorkflowType = 'AgentWorkflow'" + (f" AND AgentUser = {json.dumps(mine)}" if mine else "")
+        return [
+            e.id async for e in self.client.list_workflows(where, limit=ID_SCAN) if e.id.startswith(prefix)
+        ]
 
     async def has_search_attributes(self) -> bool:
         # Once registered they stay; until then, ask each time.
