@@ -225,6 +225,7 @@ def build_worker(
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
     from activities.mcp import McpActivities
+    from activities.memory import MEMORY_TOOLS
     from activities.model import ModelActivities
     from activities.model_queue import ModelQueueWorker, server_rate
     from activities.notify import NotifyActivities
@@ -283,7 +284,7 @@ def build_worker(
         activities=[
             model.call_model,  # the calls of sessions recorded before the model calls' own queue
             model.archive_records,  # the store's archive that continue-as-new writes to
-            *ToolActivities(with_memory(tools)).activities(),
+            *ToolActivities(without_memory(tools), builtin=MEMORY_TOOLS).activities(),
             *(mcp or McpActivities(load_definitions().mcp_servers)).activities(),
             *notify.activities(),
         ],
@@ -293,12 +294,11 @@ def build_worker(
     )
 
 
-def with_memory(tools: list[Tool]) -> list[Tool]:
-    """The worker's tools and the memory tools (activities/memory.py), whose names are taken."""
-    from activities.memory import MEMORY_TOOLS
+def without_memory(tools: list[Tool]) -> list[Tool]:
+    """The worker's tools but any named as a memory tool (activities/memory.py): those names are taken."""
     from activities.memory import NAMES as MEMORY_NAMES
 
-    return [t for t in tools if t.name not in MEMORY_NAMES] + MEMORY_TOOLS
+    return [t for t in tools if t.name not in MEMORY_NAMES]
 
 
 def heartbeat_timeout(text: str) -> timedelta:

@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse
 from temporalio.client import Client
 
 from infra.connection import connect
-from service import a2a, http_errors, mcp_tools, origins, pages, routes, sse
+from service import a2a, http_errors, mcp_tools, memory_routes, origins, pages, routes, sse
 from service.auth import Users, current_user
 from service.feeds import Feeds
 from service.origins import Access
@@ -57,7 +57,7 @@ def create_app(users: Users, client: Client | None = None, access: Access | None
     app.add_middleware(http_errors.BodyLimit)
     # Outermost: a request for another name or from another page goes no further.
     app.add_middleware(origins.Guard, access=access)
-    for module in (pages, routes, sse):
+    for module in (pages, routes, sse, memory_routes):
         app.include_router(module.router)
     mcp = mcp_tools.build(sessions, mcp_tools.http_caller)
     app.router.routes.append(mcp_tools.http_route(mcp, users))

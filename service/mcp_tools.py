@@ -60,13 +60,14 @@ from temporalio.service import RPCError
 
 from activities.wire import TextDelta
 from infra import project
-from infra.errors import AgentError, InvalidInput, Rejected, SessionNotFound
+from infra.errors import AgentError, BadRequest, InvalidInput, Rejected, SessionNotFound
 from service import mcp_protocol, schemas, steering
 from service.auth import User, Users, bearer_user
 from service.http_errors import error_response
 from service.schemas import SessionList
 from service.steering import Sessions
 from sessions import control, start_input
+from sessions import memory as memories
 from sessions.text import shorten
 from workflows import events as ev
 from workflows.agent import AgentWorkflow
@@ -110,6 +111,12 @@ class Started(BaseModel):
 
 class AgentList(BaseModel):
     agents: list[dict[str, Any]]
+
+
+class MemoryList(BaseModel):
+    user: str
+    agent: str | None
+    memories: list[memories.Memory]
 
 
 class WaitResult(SessionStatus):
@@ -275,6 +282,35 @@ def build(
         """The agent definitions a session can run (start_session's `agent`)."""
         with one_line_errors():
             return AgentList(agents=start_input.describe(start_input.read_definitions()))
+
+    @server.tool(annotations=READS, title="List your memories")
+    async def list_memories(
+        ctx: Context[Any, Any],
+        agent: Annotated[
+            str | None, Field(max_length=48, description="an agent's scope (default: your own)")
+        ] = None,
+    ) -> MemoryList:
+        """Your memories across sessions in one scope, newest first (what remember, recall and forget reach)."""
+        user = caller(ctx)
+        with one_line_errors():
+            found = await memories.listing(sessions_of().client, user.name, agent)
+        return MemoryList(user=user.name, agent=agent, memories=found)
+
+    @server.tool(annotations=CHANGES, title="Forget a memory")
+    async def forget_memory(
+        key: Annotated[str, Field(min_length=1, max_length=100, description="the memory's key")],
+        ctx: Context[Any, Any],
+        agent: Annotated[
+            str | None, Field(max_length=48, description="an agent's scope (default: your own)")
+        ] = None,
+    ) -> MemoryList:
+        """Forget one of your memories by its key; your memories after it."""
+        user = caller(ctx)
+        with one_line_errors():
+            if not await memories.forget(sessions_of().client, user.name, agent, key):
+                raise BadRequest(f"no memory {key!r}")
+            found = await memories.listing(sessions_of().client, user.name, agent)
+        return MemoryList(user=user.name, agent=agent, memories=found)
 
     @server.tool(annotations=CHANGES, title="Wait for a session")
     async def wait_for_session(

@@ -8,6 +8,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
 
 from devservers import temporal_server
 from devservers.fakemodel import FakeModelServer
@@ -610,3 +612,28 @@ async def test_without_a_users_file_it_prints_a_local_url_with_a_token(
             }
     finally:
         server.stop()
+
+
+async def test_a_user_sees_and_forgets_only_their_own_memories(api: ApiProcess, client: Client):
+    from activities.memory import Memory, MemoryInput, scope_id
+    from workflows.memory import MemoryWorkflow
+
+    at = datetime.now(UTC)
+    scope = scope_id("alice", None)
+    handle = await client.start_workflow(
+        MemoryWorkflow.run, MemoryInput(memories=[Memory(key="drink", text="green tea", at=at)]), id=scope,
+        task_queue=api.env["TEMPORAL_TASK_QUEUE"], id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+    )  # fmt: skip
+    async with api.client("alice") as alice, api.client("bob") as bob, api.client("olga") as olga:
+        mine = (await alice.get("/v1/memory")).json()
+        assert mine["user"] == "alice" and [m["key"] for m in mine["memories"]] == ["drink"]
+        for asked in ({}, {"user": "alice"}):  # bob is not an operator: he gets his own
+            theirs = (await bob.get("/v1/memory", params=asked)).json()
+            assert theirs["user"] == "bob" and theirs["memories"] == []
+        assert_error(await bob.delete("/v1/memory/drink", params={"user": "alice"}), 404)
+        seen = (await olga.get("/v1/memory", params={"user": "alice"})).json()
+        assert [m["text"] for m in seen["memories"]] == ["green tea"]
+        assert (await alice.delete("/v1/memory/drink")).json()["memories"] == []
+        assert_error(await alice.delete("/v1/memory/drink"), 404)
+        assert_error(await alice.get("/v1/memory", params={"agent": "../x"}), 422)
+    await handle.terminate()

@@ -19,6 +19,7 @@ from temporalio.exceptions import ChildWorkflowError
 with workflow.unsafe.imports_passed_through():
     from activities.mcp import McpActivities
     from activities.mcp._errors import UNAVAILABLE as MCP_SERVER_UNAVAILABLE
+    from activities.memory import MEMORY_TOOLS
     from activities.memory import NAMES as MEMORY_NAMES
     from activities.tools import ToolActivities
     from activities.wire import Message, ToolOutcome, ToolRequest, ToolResultBlock, ToolSpec, ToolUseBlock
@@ -338,6 +339,8 @@ async def describe_tools(session: Session) -> list[ToolSpec]:
     if session.input.tools is not None:
         wanted = set(session.input.tools)
         specs = [s for s in specs if s.name in wanted]
-    else:  # the memory tools only when named, like the waits
-        specs = [s for s in specs if s.name not in MEMORY_NAMES]
-    return with_waits(specs, session.input.tools)
+    # The memory tools only when named, like the waits: the worker runs them, never lists them.
+    memory = [
+        t.spec for t in MEMORY_TOOLS if session.input.tools is not None and t.name in session.input.tools
+    ]
+    return with_waits([s for s in specs if s.name not in MEMORY_NAMES], session.input.tools) + memory
