@@ -65,6 +65,10 @@ class StartSession(Body):
     cost_budget: CostBudget = None
     timeout: Timeout = None
     approval_timeout: ApprovalTimeout = None
+    on_limit: Literal["stop", "ask"] | None = Field(
+        default=None,
+        description="at max_steps, token_budget or cost_budget: stop (the default), or wait for POST .../limits",
+    )
     chat: bool = False
     output_schema: OutputSchema = None
     attachments: list[NewAttachment] = Field(

@@ -85,6 +85,7 @@ async def session_input(body: StartSession, user: User, owners: Owners) -> Sessi
         "search_attributes": await owners.has_search_attributes(),
         "output_schema": body.output_schema,
         "notify": body.notify,
+        "on_limit": body.on_limit,
     }  # fmt: skip
 
     def resolve() -> SessionInput:

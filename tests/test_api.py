@@ -637,3 +637,20 @@ async def test_a_user_sees_and_forgets_only_their_own_memories(api: ApiProcess, 
         assert_error(await alice.delete("/v1/memory/drink"), 404)
         assert_error(await alice.get("/v1/memory", params={"agent": "../x"}), 422)
     await handle.terminate()
+
+
+async def test_a_budget_that_asks_is_raised_over_http(api: ApiProcess, fake_model: FakeModelServer):
+    notes = [tool_use("save_note", {"title": f"n{i}", "text": "x"}, id=f"s{i}") for i in range(2)]
+    async with api.client("alice") as alice:
+        started = await start(alice, fake_model, [*notes, answer("done")], max_steps=1, on_limit="ask")
+        session_id = started["session_id"]
+        waiting = await wait_status(alice, session_id, "waiting_budget")
+        assert waiting["limit_reached"]["name"] == "max_steps" and waiting["limit_reached"]["used"] == 1
+        too_low = await alice.post(
+            f"/v1/sessions/{session_id}/limits", json={"name": "max_steps", "value": 1}
+        )
+        assert "above what is used" in assert_error(too_low, 409)["message"]
+        raised = await alice.post(f"/v1/sessions/{session_id}/limits", json={"name": "max_steps", "value": 3})
+        assert raised.status_code == 200 and raised.json()["limits"]["max_steps"] == 3, raised.text
+        done = await wait_status(alice, session_id, "completed")
+        assert done["steps"] == 3 and done["limit_reached"] is None
