@@ -247,6 +247,7 @@ def build_worker(
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
     from activities.mcp import McpActivities
+    from activities.memory import MEMORY_TOOLS
     from activities.model import ModelActivities
     from activities.model_queue import ModelQueueWorker, server_rate
     from activities.notify import NotifyActivities
@@ -256,6 +257,7 @@ def build_worker(
     from infra.fingerprint import with_fingerprint
     from workflows.agent import AgentWorkflow
     from workflows.interceptors import HeartbeatTimeout, Metering, NotifyRetry
+    from workflows.memory import MemoryWorkflow
     from workflows.notify import NotifyWorkflow
     from workflows.options import model_task_queue
 
@@ -300,11 +302,11 @@ def build_worker(
     return make(
         client,
         task_queue=queue,
-        workflows=[workflow or AgentWorkflow, NotifyWorkflow],
+        workflows=[workflow or AgentWorkflow, NotifyWorkflow, MemoryWorkflow],
         activities=[
             model.call_model,  # the calls of sessions recorded before the model calls' own queue
             model.archive_records,  # the store's archive that continue-as-new writes to
-            *ToolActivities(tools).activities(),
+            *ToolActivities(without_memory(tools), builtin=MEMORY_TOOLS).activities(),
             *(mcp or McpActivities(load_definitions().mcp_servers)).activities(),
             *notify.activities(),
         ],
@@ -312,6 +314,13 @@ def build_worker(
         **throttles,
         **options,
     )
+
+
+def without_memory(tools: list[Tool]) -> list[Tool]:
+    """The worker's tools but any named as a memory tool (activities/memory.py): those names are taken."""
+    from activities.memory import NAMES as MEMORY_NAMES
+
+    return [t for t in tools if t.name not in MEMORY_NAMES]
 
 
 def heartbeat_timeout(text: str) -> timedelta:
@@ -357,10 +366,11 @@ def model_calls_per_second(flag: float | None) -> float | None:
 
 def check_definitions(definitions: Definitions, tools: list[Tool]) -> None:
     """Every Python tool an agent names must be one this worker runs."""
+    from activities.memory import NAMES as MEMORY_NAMES
     from infra.definitions import DefinitionError, definitions_path
     from workflows.records import WAIT_TOOLS
 
-    known = {t.name for t in tools} | set(WAIT_TOOLS)
+    known = {t.name for t in tools} | set(WAIT_TOOLS) | set(MEMORY_NAMES)
     for name, agent in definitions.agents.items():
         missing = sorted(set(agent.tools or []) - known)
         if missing:

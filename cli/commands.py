@@ -25,7 +25,17 @@ from infra.connection import connect, task_queue
 from infra.errors import BadRequest, SessionExists, Unreachable
 from sessions import control
 from workflows.agent import AgentWorkflow
-from workflows.contract import CancelRequest, Decision, EventInput, SessionInput, SessionStatus, UserMessage
+from workflows.contract import (
+    CancelRequest,
+    Decision,
+    EventInput,
+    LimitDecline,
+    LimitName,
+    LimitRaise,
+    SessionInput,
+    SessionStatus,
+    UserMessage,
+)
 
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
@@ -102,6 +112,7 @@ def resolve_start(args: argparse.Namespace) -> SessionInput:
         "summarize_dropped": args.summarize_dropped or None,
         "idle_timeout_seconds": args.idle_timeout,
         "notify": args.notify,
+        "on_limit": args.on_limit,
     }
     if args.output_schema is not None:
         fields["output_schema"] = start_input.read_schema_file(args.output_schema)
@@ -265,11 +276,14 @@ async def schedule(client: Client, args: argparse.Namespace) -> int:
 
 async def send(client: Client, args: argparse.Namespace) -> int:
     try:
-        message = UserMessage(text=args.text)
+        message = UserMessage(text=args.text, mode=args.mode)
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
-    position = await control.act(client, args.session, AgentWorkflow.send_message, message)
-    print(f"message {position} queued for {args.session}")
+    message_id = await control.act(client, args.session, AgentWorkflow.send_message, message)
+    if args.mode == "steer" or (args.mode is None and not (await control.status(client, args.session)).chat):
+        print(f"message {message_id} sent to {args.session}: the model gets it at its next call")
+    else:
+        print(f"message {message_id} queued for {args.session}")
     return 0
 
 
@@ -299,6 +313,42 @@ async def steer(client: Client, args: argparse.Namespace) -> int:
         print(await control.act(client, args.session, AgentWorkflow.pause_session))
     else:
         print(await control.act(client, args.session, AgentWorkflow.resume_session))
+    return 0
+
+
+async def raise_limit(client: Client, args: argparse.Namespace) -> int:
+    """A new limit (`--max-steps`, `--token-budget`, `--cost-budget`), or `--decline`."""
+    try:
+        if args.decline:
+            decline = LimitDecline(reason=args.reason, **deciders(args))
+            print(await control.act(client, args.session, AgentWorkflow.decline_limit, decline))
+            return 0
+        if args.reason is not None:
+            raise UserError("--reason goes with --decline")
+        given: list[tuple[LimitName, float | None]] = [
+            ("max_steps", args.max_steps), ("token_budget", args.token_budget), ("cost_budget", args.cost_budget)
+        ]  # fmt: skip
+        name, value = next(pair for pair in given if pair[1] is not None)
+        request = LimitRaise(name=name, value=value or 0, **deciders(args))
+    except ValidationError as err:
+        raise UserError(describe_validation(err)) from None
+    print(await control.act(client, args.session, AgentWorkflow.raise_limit, request))
+    return 0
+
+
+async def memory(client: Client, args: argparse.Namespace) -> int:
+    """memory list | forget KEY | clear, in one user's scope (`--user`, `--agent`)."""
+    from sessions import memory as memories
+
+    if args.memory_command == "list":
+        render.print_memories(await memories.listing(client, args.user, args.agent), as_json=args.json)
+    elif args.memory_command == "forget":
+        gone = await memories.forget(client, args.user, args.agent, args.key)
+        if not gone:
+            raise UserError(f"no memory {args.key!r} for {args.user}; see: python client.py memory list")
+        print(f"forgot {args.key}")
+    else:
+        print(f"forgot {await memories.clear(client, args.user, args.agent)} memories of {args.user}")
     return 0
 
 
@@ -336,6 +386,8 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], Awaitable[int]]] = {
     "send": send,
     "close": close,
     "event": event,
+    "raise": raise_limit,
+    "memory": memory,
     "export": export,
     "list": list_sessions,
     "agents": list_agents,

@@ -13,6 +13,8 @@ the session's status whenever it is read, so tasks survive a restart of `api.py`
     stuck (and anything new)
     waiting_approval                            input-required, with a data part
                                                 {"pending_approvals": [...]} in the status message
+    waiting_budget                              input-required, with a data part
+                                                {"limit_reached": {...}} in the status message
     waiting_input (a chat answered), completed  completed, the answer as the artifact `answer`
     stopped, failed                             failed, with the reason
     cancelled                                   canceled
@@ -199,6 +201,13 @@ def task_of(status: SessionStatus, turn: int, history: SessionHistory | None = N
             '{"approve": TOOL_USE_ID} (optionally "input": {...}) or {"deny": TOOL_USE_ID, "reason": "..."}'
         )
         data = {"pending_approvals": [p.model_dump(mode="json") for p in status.pending_approvals]}
+    elif status.status == "waiting_budget" and status.limit_reached is not None:
+        state, reached = TaskState.TASK_STATE_INPUT_REQUIRED, status.limit_reached
+        text = (
+            f"waiting at {reached.name}: {reached.used:g} used of {reached.limit:g}; raise it "
+            f"(POST /v1/sessions/{status.session_id}/limits, or client.py raise) or decline"
+        )
+        data = {"limit_reached": reached.model_dump(mode="json")}
     else:
         state = TaskState.TASK_STATE_WORKING
         text = f"stuck: {status.stuck.message}" if status.stuck else status.status.replace("_", " ")

@@ -16,7 +16,7 @@ from temporalio.client import Client
 
 from infra.connection import connect
 from infra.definitions import Definitions, load_definitions
-from service import a2a, http_errors, mcp_tools, origins, pages, routes, sse
+from service import a2a, http_errors, mcp_tools, memory_routes, origins, pages, routes, sse
 from service.auth import Cookies, Users, current_user
 from service.feeds import Feeds
 from service.origins import Access
@@ -68,7 +68,7 @@ def create_app(
     app.add_middleware(http_errors.BodyLimit)
     # Outermost: a request for another name or from another page goes no further.
     app.add_middleware(origins.Guard, access=access)
-    for module in (pages, routes, sse):
+    for module in (pages, routes, sse, memory_routes):
         app.include_router(module.router)
     mcp = mcp_tools.build(sessions, mcp_tools.http_caller)
     app.router.routes.append(mcp_tools.http_route(mcp, users))

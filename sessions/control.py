@@ -36,6 +36,7 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.memory import ID_PREFIX as MEMORY_ID_PREFIX
 from infra.errors import (
     BadRequest,
     InvalidInput,
@@ -92,7 +93,10 @@ async def start(
     task_queue: str,
 ) -> WorkflowHandle:
     """Start a session, named in the Temporal UI by its goal and settings (`sessions.text`);
-    `SessionExists` when the id is taken (ids are never reused)."""
+    `SessionExists` when the id is taken (ids are never reused). Ids under `memory/` are the
+    memory workflows' (activities/memory.py): no start takes one."""
+    if session_id.startswith(MEMORY_ID_PREFIX):
+        raise BadRequest(f"session ids starting with {MEMORY_ID_PREFIX!r} are reserved for memories")
     try:
         return await client.start_workflow(
             AgentWorkflow.run,
