@@ -9,7 +9,6 @@ live until it ends. Everything it started, it stops, by PID.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -17,16 +16,19 @@ import time
 from pathlib import Path
 
 from devservers import processes, temporal_server
+from infra.arguments import OneLineParser, port_number
 from infra.datadir import data_dir
 
 GOAL = "Find out what time it is, note it down, and email the team a one-line summary."
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python demo.py", description=(__doc__ or "").partition("\n")[0])
+    parser = OneLineParser(prog="python demo.py", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("goal", nargs="?", default=GOAL)
     parser.add_argument("--keep", action="store_true", help="keep the dev server running at the end")
-    parser.add_argument("--ui-port", type=int, default=8233, help="Web UI port of a dev server it starts")
+    parser.add_argument(
+        "--ui-port", type=port_number, default=8233, help="Web UI port of a dev server it starts"
+    )
     args = parser.parse_args()
     from infra.connection import address  # Temporal's SDK: after the arguments, so --help answers at once
 

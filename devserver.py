@@ -12,7 +12,6 @@ Temporal's defaults instead (a reference for measurements).
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from devservers import processes, seaweed, temporal_server
 from infra import codec_server, extras
+from infra.arguments import OneLineParser, port_number, positive_int
 from infra.errors import AgentError
 
 
@@ -29,14 +29,12 @@ def _interrupt(signum, frame) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        prog="python devserver.py", description=(__doc__ or "").partition("\n")[0]
-    )
-    parser.add_argument("--port", type=int, default=7233, help="gRPC port (default 7233)")
-    parser.add_argument("--ui-port", type=int, default=8233, help="Web UI port (default 8233)")
+    parser = OneLineParser(prog="python devserver.py", description=(__doc__ or "").partition("\n")[0])
+    parser.add_argument("--port", type=port_number, default=7233, help="gRPC port (default 7233)")
+    parser.add_argument("--ui-port", type=port_number, default=8233, help="Web UI port (default 8233)")
     parser.add_argument(
         "--codec-port",
-        type=int,
+        type=port_number,
         default=8234,
         help="codec endpoint port, with AGENT_PAYLOAD_KEYS (default 8234)",
     )
@@ -44,12 +42,12 @@ def main() -> None:
         "--with-s3", action="store_true", help="also run a local S3 server for AGENT_STORE_URL"
     )
     parser.add_argument(
-        "--s3-port", type=int, default=8333, help="its S3 port, with --with-s3 (default 8333)"
+        "--s3-port", type=port_number, default=8333, help="its S3 port, with --with-s3 (default 8333)"
     )
     parser.add_argument("--default-settings", action="store_true",
                         help="Temporal's default server settings, not the tuned ones")  # fmt: skip
     parser.add_argument(
-        "--gomaxprocs", type=int, help="GOMAXPROCS for the server (default: the Go runtime's)"
+        "--gomaxprocs", type=positive_int, help="GOMAXPROCS for the server (default: the Go runtime's)"
     )
     args = parser.parse_args()
     data = Path(os.environ.get("AGENT_DATA_DIR", ".agent-data")).resolve()

@@ -10,14 +10,15 @@ tools over HTTP at /mcp, behind its users and tokens.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Any
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
+    from infra.arguments import OneLineParser
+
+    parser = OneLineParser(
         prog="python mcp_server.py",
         description=(__doc__ or "").partition("\n\n")[0].replace("\n", " "),
         epilog=(__doc__ or "").partition("\n\n")[2].replace("\n", " ").strip(),

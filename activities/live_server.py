@@ -8,6 +8,7 @@ session's description, which lists the pending `call_model` activity with its at
 `last_worker_identity` (DescribeWorkflowExecution is not a billable action), and reads:
 
     GET /live/{session_id}[?attempt=N][&thinking=1]
+    Authorization: Bearer CREDENTIAL
 
 an `application/x-ndjson` stream of the session's latest call on this worker (waiting a
 few seconds for it to begin): first one line with the text so far, then one per chunk as
@@ -17,6 +18,14 @@ attempt, text), or with `thinking=1` also a `ThinkingDelta` (the model's thinkin
 same fields), as a Temporal payload encoded by the worker's data converter, base64, so
 the live text is encrypted as the session's history is when payload keys are set
 (infra/codec.py), and a follower decodes it with its own client's converter.
+
+Every request is checked first (`refusal`): a Host header that is not one this server is
+reached at is 421 (a page of another site that rebinds its name to this address reads
+nothing), and a request without a valid credential for the session in its path is 401
+with no text. The credential (infra/live_auth.py) is an HMAC of `session|expiry` keyed
+with the deployment's live key, which followers hold and mint from; it is never logged
+(this server keeps no access log) and never part of the identity. A route added to this
+server calls `refusal` with its session before doing anything else.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from activities.deltas import LIVE, LiveCalls
 from activities.model_queue import ModelQueueWorker
 from activities.wire import LiveDelta, TextDelta, ThinkingDelta
 from infra.errors import ConfigError
+from infra.live_auth import LiveKey, presented
 
 LIVE_DELTAS: TypeAdapter[TextDelta | ThinkingDelta] = TypeAdapter(LiveDelta)
 
@@ -80,8 +90,37 @@ async def decode_line(converter: DataConverter, line: bytes | str) -> TextDelta 
     return LIVE_DELTAS.validate_python(converter.payload_converter.from_payloads(payloads, [dict])[0])
 
 
-def build_app(converter: DataConverter, calls: LiveCalls = LIVE) -> Any:
-    """The Starlette app with the one route."""
+def refusal(request: Any, session_id: str, key: LiveKey, hosts: frozenset[str]) -> Any:
+    """The answer to a request this server must not serve, or None when it may go on: 421
+    for a Host it is not reached at, 401 without a valid credential for `session_id`."""
+    from starlette.responses import JSONResponse
+
+    if request.headers.get("host", "").lower() not in hosts:
+        return JSONResponse({"error": "this server is not reached at that host"}, status_code=421)
+    if not key.check(session_id, presented(request.headers.get("authorization"))):
+        return JSONResponse(
+            {"error": "a live credential for this session is needed (Authorization: Bearer)"},
+            status_code=401,
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return None
+
+
+def reached_at(url: str, bound: str) -> frozenset[str]:
+    """The Host headers a request to this server may carry: the advertised URL's, the bound
+    address's, and on a loopback address its other loopback names."""
+    netloc = url.split("://", 1)[1]
+    port = netloc.rsplit(":", 1)[1]
+    names = {netloc.rsplit(":", 1)[0], bound if ":" not in bound else f"[{bound}]"}
+    if names & {"127.0.0.1", "localhost", "[::1]"}:
+        names |= {"127.0.0.1", "localhost", "[::1]"}
+    return frozenset(f"{name.lower()}:{port}" for name in names if name)
+
+
+def build_app(
+    converter: DataConverter, calls: LiveCalls = LIVE, *, key: LiveKey, hosts: frozenset[str]
+) -> Any:
+    """The Starlette app with the one route; every request checked by `refusal`."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -89,6 +128,8 @@ def build_app(converter: DataConverter, calls: LiveCalls = LIVE) -> Any:
 
     async def live(request: Request) -> Response:
         session_id = request.path_params["session_id"]
+        if (refused := refusal(request, session_id, key, hosts)) is not None:
+            return refused
         try:
             attempt = int(request.query_params.get("attempt", "0"))
         except ValueError:
@@ -120,9 +161,17 @@ class LiveServer:
     does all three."""
 
     def __init__(
-        self, converter: DataConverter, host: str = "127.0.0.1", port: int = 0, calls: LiveCalls = LIVE
+        self,
+        converter: DataConverter,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        calls: LiveCalls = LIVE,
+        key: LiveKey | None = None,
     ):
+        """`key`: the live key (default: `AGENT_LIVE_SECRET` or the data directory's, a
+        `ConfigError` when unusable)."""
         self.converter, self.host, self.port, self.calls = converter, host, port, calls
+        self.key = key or LiveKey.from_env()
         self.url: str | None = None
         self._socket: socket.socket | None = None
         self._server: Any = None
@@ -172,8 +221,10 @@ class LiveServer:
         self.bind()
         if self._task is not None:
             return
+        assert self.url is not None  # bound
+        app = build_app(self.converter, self.calls, key=self.key, hosts=reached_at(self.url, self.host))
         config = uvicorn.Config(
-            build_app(self.converter, self.calls), log_config=None, log_level="warning", access_log=False,
+            app, log_config=None, log_level="warning", access_log=False,
             lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )  # fmt: skip
         self._server = _Server(config)

@@ -20,7 +20,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -31,6 +30,7 @@ from infra.notify import (
     NotifyRefused,
     allowed_prefixes,
     check_targets,
+    normalized_prefixes,
     retry_schedule,
     webhook_secret,
 )
@@ -74,7 +74,7 @@ class NotifyActivities:
         schedule: tuple[float, float, float] | None = None,
     ) -> None:
         self._secret = secret
-        self.allow = allow
+        self.allow = normalized_prefixes(allow)
         # The retry schedule this worker gives deliveries (None: the default one).
         self.schedule = schedule
 
@@ -102,6 +102,14 @@ class NotifyActivities:
             return f"this worker refuses it: {err}"
         return None
 
+    def checked(self, url: str) -> str:
+        """The URL as it is sent (infra/notify.py `normalized`), once this worker has
+        checked that spelling; `ApplicationError` (not retried) when it may not."""
+        if (problem := self.problem([url])) is not None:
+            raise ApplicationError(problem, activity.info().attempt, type=NOT_SENT, non_retryable=True)
+        [sent] = check_targets([url], self.allow)
+        return sent
+
     @activity.defn(name="check_notify")
     async def check_notify(self, urls: list[str]) -> str | None:
         """Before a session that notifies starts: why it cannot, or None."""
@@ -110,9 +118,7 @@ class NotifyActivities:
     @activity.defn(name="deliver_notification")
     async def deliver_notification(self, notification: Notification) -> Delivery:
         attempt = activity.info().attempt
-        url = notification.url
-        if (problem := self.problem([url])) is not None:
-            raise ApplicationError(problem, attempt, type=NOT_SENT, non_retryable=True)
+        url = self.checked(notification.url)
         assert self._secret is not None
         raw = body_bytes(notification.body)
         headers = {
@@ -121,6 +127,8 @@ class NotifyActivities:
             SIGNATURE_HEADER: signature(self._secret, raw),
             "User-Agent": "agent-notify/1",
         }
+        import httpx  # here, not at the top: the workflow imports this module for its references
+
         try:
             async with httpx.AsyncClient(timeout=POST_TIMEOUT, follow_redirects=False) as http:
                 answer = await http.post(url, content=raw, headers=headers)

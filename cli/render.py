@@ -44,7 +44,15 @@ def print_status(snapshot: SessionStatus, link: str) -> None:
     if snapshot.wake_at is not None:
         print_sleeping(snapshot.wake_at, "")
     for pending in snapshot.pending_approvals:
-        print_approval_hint(snapshot.session_id, pending.tool_use_id, pending.name, pending.input)
+        print_approval_hint(
+            snapshot.session_id, pending.tool_use_id, pending.name, pending.input, pending.reason
+        )
+    if snapshot.limit_reached is not None and snapshot.status == "waiting_budget":
+        reached = snapshot.limit_reached
+        print_limit_hint(snapshot.session_id, reached.name, reached.limit, reached.used)
+    for repeat in snapshot.repeats[:3]:
+        kind = "the same input" if repeat.kind == "input" else "the same output in a row"
+        console.print(f"[dim]repeats: {escape(repeat.name)} {repeat.count} times with {kind}[/]")
     if snapshot.stuck is not None:
         print_stuck(snapshot.stuck)
     if snapshot.error:
@@ -81,7 +89,8 @@ def print_history(found: SessionHistory) -> None:
                     )
                 if call.decided_by:
                     verb = "approved" if call.approved else "decided"
-                    console.print(f"    [dim]{verb} by {escape(call.decided_by)}[/]")
+                    behalf = f" for {escape(call.on_behalf_of)}" if call.on_behalf_of else ""
+                    console.print(f"    [dim]{verb} by {escape(call.decided_by)}{behalf}[/]")
                 console.print(f"    {mark} {call.status}{took}: {escape(shorten(call.output or '', 160))}")
     final = found.status
     console.print(
@@ -151,10 +160,21 @@ def _totals(usage: dict[str, Any], cost: float | None) -> str:
     return text + (f" · ${cost:.4f}" if cost is not None else "")
 
 
-def print_approval_hint(session_id: str, tool_use_id: str, name: str, arguments: Any) -> None:
+def print_approval_hint(
+    session_id: str, tool_use_id: str, name: str, arguments: Any, reason: str | None = None
+) -> None:
     console.print(f"[yellow]⏸ waiting for approval:[/] {name} {escape(shorten(arguments, 200))}")
+    if reason:
+        console.print(f"   [yellow]because[/] {escape(reason)}")
     console.print(f"   approve: python client.py approve {session_id} {tool_use_id}")
     console.print(f'   deny:    python client.py deny {session_id} {tool_use_id} --reason "..."')
+
+
+def print_limit_hint(session_id: str, name: str, limit: float, used: float) -> None:
+    flag = "--" + name.replace("_", "-")
+    console.print(f"[yellow]⏸ waiting at {name}:[/] {used:g} used of {limit:g}")
+    console.print(f"   raise:   python client.py raise {session_id} {flag} NEW")
+    console.print(f"   decline: python client.py raise {session_id} --decline")
 
 
 def print_event_hint(session_id: str, name: str, until: datetime) -> None:
@@ -204,3 +224,15 @@ def print_schedules(rows: list[dict[str, Any]], as_json: bool) -> None:
         )
         for session in row["recent_sessions"][-3:]:
             console.print(f"  {escape(session)}")
+
+
+def print_memories(found: list[Any], as_json: bool) -> None:
+    """A scope's memories: `[key] text`, newest first, or one JSON object per line."""
+    if as_json:
+        for memory in found:
+            print(memory.model_dump_json())
+        return
+    if not found:
+        console.print("[dim]no memories[/]")
+    for memory in found:
+        console.print(f"[bold]{escape(memory.key)}[/] [dim]{_at(memory.at)}[/] {escape(memory.text)}")

@@ -2,7 +2,7 @@
 
 `python -m examples.notes_server` serves it over stdio (the worker starts it from
 `[mcp_servers.notes] command = [...]`). The folder is `$AGENT_DATA_DIR/notes`, or
-`NOTES_DIR`. Its tools say how they may be retried: listing and reading are read-only,
+`NOTES_DIR` (the definition passes both through from the worker: `env_passthrough`). Its tools say how they may be retried: listing and reading are read-only,
 writing a note is idempotent (the same name and text twice leave the same file).
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 
 def positive_int(text: str) -> int:
@@ -63,3 +63,32 @@ def thinking_budget(text: str) -> int | str:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is neither a number of tokens nor 'adaptive'") from None
+
+
+def port_number(text: str) -> int:
+    """A TCP port to listen on: 1 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a port number from 1 to 65535")
+    return value
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """`PORT` (on 127.0.0.1) or `HOST:PORT`."""
+    host, _, number = text.rpartition(":")
+    try:
+        return host or "127.0.0.1", port_number(number)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not PORT or HOST:PORT (a port from 1 to 65535)"
+        ) from None
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A server's command line: a bad flag or value is one line on stderr, argparse's exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see: {self.prog} --help)\n")

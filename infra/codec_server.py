@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from infra import extras
+from infra.arguments import OneLineParser, port_number
 from infra.errors import AgentError, ConfigError
 
 if TYPE_CHECKING:
@@ -90,11 +91,11 @@ def build_app(keyring: Keyring, *, origins: list[str], token: str | None) -> Sta
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m infra.codec_server", description=(__doc__ or "").partition("\n")[0]
     )
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8234)
+    parser.add_argument("--port", type=port_number, default=8234)
     parser.add_argument(
         "--origin", action="append", help=f"an origin the UI is served from (default {' '.join(UI_ORIGINS)})"
     )

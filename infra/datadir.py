@@ -1,14 +1,21 @@
-"""The data directory (`AGENT_DATA_DIR`, default ./.agent-data) and the effects log."""
+"""The data directory (`AGENT_DATA_DIR`, default ./.agent-data), the effects log, and the
+keys a process makes for itself when its operator gives none (`secret_key`)."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
+import secrets
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from infra.errors import ConfigError
+
+MIN_SECRET_LENGTH = 32  # characters of an operator's key (`openssl rand -hex 32` gives 64)
 
 
 def data_dir() -> Path:
@@ -58,3 +65,43 @@ def read_effects(path: Path | None = None) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def secret_key(env: str, file_name: str) -> bytes:
+    """A signing key: the environment variable `env` when it is set (at least
+    `MIN_SECRET_LENGTH` characters), else the file `file_name` in the data directory,
+    made on first use with 256 random bits and mode 0600, so that every process sharing
+    the directory (and every restart) signs with the same key."""
+    given = os.environ.get(env, "").strip()
+    if given:
+        if len(given) < MIN_SECRET_LENGTH:
+            raise ConfigError(
+                f"{env} must be at least {MIN_SECRET_LENGTH} characters (try: openssl rand -hex 32)"
+            )
+        return given.encode()
+    path = data_dir() / file_name
+    if not path.exists():
+        _create_secret(path)
+    mode = path.stat().st_mode & 0o077
+    if mode:
+        raise ConfigError(
+            f"{path} may be read by others (mode {oct(path.stat().st_mode & 0o777)}): chmod 600 it"
+        )
+    key = path.read_bytes().strip()
+    if len(key) < MIN_SECRET_LENGTH:
+        raise ConfigError(f"{path} holds no usable key: remove it, and a new one is made")
+    return key
+
+
+def _create_secret(path: Path) -> None:
+    """Write a new key to `path` unless another process just did: whole, 0600, never replaced."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(secrets.token_hex(32).encode() + b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        with contextlib.suppress(FileExistsError):  # another process's key came first: it stands
+            os.link(tmp, path)
+    finally:
+        os.unlink(tmp)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -22,6 +22,7 @@ from infra.policy import ToolPolicy
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ApprovalRule = Literal["always", "never", "tool"]
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,47}$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 
 
 class DefinitionError(ConfigError):
@@ -34,7 +35,13 @@ class McpServer(BaseModel):
     model_config = ConfigDict(extra="forbid")
     command: list[str] | None = Field(default=None, min_length=1)
     url: str | None = None
+    # A stdio server's environment: these, the worker's variables named in `env_passthrough`,
+    # and a minimal base (activities/mcp/_connections.py `server_environment`); nothing else
+    # of the worker's, whose own keys stay in the worker.
     env: dict[str, str] = Field(default_factory=dict)
+    env_passthrough: list[Annotated[str, Field(pattern=ENV_NAME)]] = Field(
+        default_factory=list, max_length=100
+    )
     # Bounds every call: a dead or stuck server fails the call, never the session.
     timeout_seconds: float = Field(default=30, gt=0, le=3600)
     # How the server's tools may be retried; default from each tool's MCP annotations.
@@ -46,7 +53,19 @@ class McpServer(BaseModel):
             raise ValueError("give exactly one of command (stdio) or url (streamable HTTP)")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError("url must start with http:// or https://")
+        if self.url is not None and (self.env or self.env_passthrough):
+            raise ValueError(
+                "env and env_passthrough are a stdio server's (command): a server at a url has its own"
+            )
         return self
+
+
+class LoopPolicy(BaseModel):
+    """`loop_policy = {after = N, action = "note" | "ask" | "stop"}` (workflows/loops.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+    after: int = Field(ge=2, le=1000)
+    action: Literal["note", "ask", "stop"]
 
 
 class AgentDefinition(BaseModel):
@@ -77,6 +96,15 @@ class AgentDefinition(BaseModel):
     context_tokens: int | None = Field(default=None, ge=1000)
     # Seconds a call may wait for a decision before it is denied; None: it waits.
     approval_timeout: float | None = Field(default=None, gt=0)
+    # Whose memories `remember`, `recall` and `forget` reach: the user's for this agent, or
+    # the user's own (shared by the agents that say "user"); and how many of the most
+    # relevant go into the system prompt at start.
+    memory: Literal["agent", "user"] | None = None
+    memory_prompt: int | None = Field(default=None, ge=0, le=50)
+    # What a repeated call does (None: the model is told at the third identical call).
+    loop_policy: LoopPolicy | None = None
+    # At max_steps, token_budget or cost_budget: stop, or wait for a person to raise it.
+    on_limit: Literal["stop", "ask"] | None = None
     # How the model samples (sessions/start_input.py checks them against the model).
     thinking_budget: int | Literal["adaptive"] | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
@@ -144,6 +172,8 @@ def load_definitions(path: Path | None = None) -> Definitions:
         return Definitions()
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise DefinitionError(f"{path}: {err}") from None
+    except UnicodeDecodeError as err:
+        raise DefinitionError(f"{path}: not UTF-8 text (byte {err.start}): save it as UTF-8") from None
     try:
         return Definitions.model_validate(raw)
     except ValidationError as err:

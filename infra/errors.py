@@ -38,6 +38,13 @@ class SessionNotFound(AgentError):
         self.session_id = session_id
 
 
+class MemoryNotFound(SessionNotFound):
+    """No memory by that key in the scope (a 404, as an unknown session is)."""
+
+    def __init__(self, key: str):
+        AgentError.__init__(self, f"no memory {key!r}")
+
+
 class SessionExists(AgentError):
     def __init__(self, session_id: str):
         super().__init__(f"session {session_id} already exists")

@@ -13,6 +13,8 @@ the session's status whenever it is read, so tasks survive a restart of `api.py`
     stuck (and anything new)
     waiting_approval                            input-required, with a data part
                                                 {"pending_approvals": [...]} in the status message
+    waiting_budget                              input-required, with a data part
+                                                {"limit_reached": {...}} in the status message
     waiting_input (a chat answered), completed  completed, the answer as the artifact `answer`
     stopped, failed                             failed, with the reason
     cancelled                                   canceled
@@ -113,7 +115,7 @@ from service.auth import User, Users, bearer_user
 from service.http_errors import RETRY_AFTER, error_response
 from service.schemas import START_CHOICES
 from service.steering import Sessions
-from sessions import control, listing, start_input
+from sessions import control, listing
 from sessions.text import shorten
 from workflows.agent import AgentWorkflow
 from workflows.contract import SessionHistory, SessionStatus
@@ -219,6 +221,13 @@ def task_of(status: SessionStatus, turn: int, history: SessionHistory | None = N
             '{"approve": TOOL_USE_ID} (optionally "input": {...}) or {"deny": TOOL_USE_ID, "reason": "..."}'
         )
         data = {"pending_approvals": [p.model_dump(mode="json") for p in status.pending_approvals]}
+    elif status.status == "waiting_budget" and status.limit_reached is not None:
+        state, reached = TaskState.TASK_STATE_INPUT_REQUIRED, status.limit_reached
+        text = (
+            f"waiting at {reached.name}: {reached.used:g} used of {reached.limit:g}; raise it "
+            f"(POST /v1/sessions/{status.session_id}/limits, or client.py raise) or decline"
+        )
+        data = {"limit_reached": reached.model_dump(mode="json")}
     else:
         state = TaskState.TASK_STATE_WORKING
         text = f"stuck: {status.stuck.message}" if status.stuck else status.status.replace("_", " ")
@@ -734,14 +743,9 @@ def _attachments(files: list[Part]) -> list[dict[str, str]]:
 # ---- the card and the routes -------------------------------------------------------------
 
 
-def agent_card(base_url: str) -> AgentCard:
-    """The card: one skill per agent definition, the bearer scheme, streaming, and the
-    JSON-RPC endpoint at A2A 1.0 and 0.3."""
-    url = base_url.rstrip("/") + PATH
-    try:
-        agents = start_input.describe(start_input.read_definitions())
-    except BadRequest:
-        agents = []
+def agent_card(agents: list[dict[str, Any]]) -> AgentCard:
+    """The card: one skill per agent definition (`start_input.describe`'s), the bearer
+    scheme, streaming, and the JSON-RPC endpoint at A2A 1.0 and 0.3 (its URL `at_url` sets)."""
     skills = [
         AgentSkill(
             id=a["name"], name=a["name"], tags=["agent", *(["default"] if a["default"] else [])],
@@ -759,8 +763,8 @@ def agent_card(base_url: str) -> AgentCard:
         ),
         version=project.version(),
         supported_interfaces=[
-            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_1_0),
-            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_0_3),
+            AgentInterface(url=PATH, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_1_0),
+            AgentInterface(url=PATH, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_0_3),
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False, extended_agent_card=False),
         security_schemes={
@@ -777,6 +781,15 @@ def agent_card(base_url: str) -> AgentCard:
     )
 
 
+def at_url(card: AgentCard, base_url: str) -> AgentCard:
+    """The card with its endpoint at `base_url` (the public URL, or where the caller reached the service)."""
+    found = AgentCard()
+    found.CopyFrom(card)
+    for interface in found.supported_interfaces:
+        interface.url = base_url.rstrip("/") + PATH
+    return found
+
+
 def card_for(version: str | None, card: AgentCard) -> dict[str, Any]:
     """The card as the asking client's protocol version defines it: 1.0's (interfaces in
     `supportedInterfaces`, a security scheme as one member) for a 1.x `A2A-Version`, 0.3's
@@ -790,8 +803,13 @@ def card_for(version: str | None, card: AgentCard) -> dict[str, Any]:
     return legacy
 
 
-def install(app: FastAPI, users: Users, sessions_of: Callable[[], Sessions]) -> None:
-    """The card (public) and the JSON-RPC endpoint (bearer token) on the API's app."""
+def install(
+    app: FastAPI, users: Users, sessions_of: Callable[[], Sessions], agents: list[dict[str, Any]]
+) -> None:
+    """The card (public) and the JSON-RPC endpoint (bearer token) on the API's app. The card
+    is made here, once, from `agents` (the definitions read when the service started): a
+    request reads no file, and the card cannot fail."""
+    made = agent_card(agents)
     dispatcher = JsonRpcDispatcher(
         SessionTasks(sessions_of), context_builder=CallContext(), enable_v0_3_compat=True
     )
@@ -813,7 +831,7 @@ def install(app: FastAPI, users: Users, sessions_of: Callable[[], Sessions]) -> 
 
     async def card(request: Request) -> Response:
         public_url = request.app.state.access.public_url
-        found = agent_card(public_url or str(request.base_url))
+        found = at_url(made, public_url or str(request.base_url))
         # The version the client speaks: its A2A-Version header, or the request parameter of that name.
         version = request.headers.get(VERSION_HEADER) or request.query_params.get(VERSION_HEADER)
         return JSONResponse(card_for(version, found), headers={"Vary": VERSION_HEADER})

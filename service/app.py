@@ -15,12 +15,14 @@ from fastapi.responses import HTMLResponse
 from temporalio.client import Client
 
 from infra.connection import connect
-from service import a2a, http_errors, mcp_tools, origins, pages, routes, sse
-from service.auth import Users, current_user
+from infra.definitions import Definitions, load_definitions
+from service import a2a, http_errors, mcp_tools, memory_routes, origins, pages, routes, sse
+from service.auth import Cookies, Users, current_user
 from service.feeds import Feeds
 from service.origins import Access
 from service.ownership import Owners
 from service.steering import Sessions
+from sessions import start_input
 
 DESCRIPTION = """Start, follow and steer agent sessions (each one a Temporal workflow).
 
@@ -28,9 +30,17 @@ Send `Authorization: Bearer TOKEN`; in a browser, open `/?token=TOKEN` once. Err
 `{"error": {"type", "message"}}`."""
 
 
-def create_app(users: Users, client: Client | None = None, access: Access | None = None) -> FastAPI:
+def create_app(
+    users: Users,
+    client: Client | None = None,
+    access: Access | None = None,
+    cookies: Cookies | None = None,
+    definitions: Definitions | None = None,
+) -> FastAPI:
     """The app; it connects to Temporal at startup unless given a client. `access` names the
-    hosts and origins it answers (`service.origins`); by default loopback on port 8080."""
+    hosts and origins it answers (`service.origins`); by default loopback on port 8080. It
+    signs the page's cookies with `cookies` (default: `AGENT_COOKIE_SECRET` or the data
+    directory's key) and makes the A2A card from `definitions` (default: read now)."""
     access = access or Access.build(8080)
 
     @asynccontextmanager
@@ -53,15 +63,17 @@ def create_app(users: Users, client: Client | None = None, access: Access | None
     )  # fmt: skip
     app.state.users = users
     app.state.access = access
+    app.state.cookies = cookies or Cookies.from_env()
     http_errors.install(app)
     app.add_middleware(http_errors.BodyLimit)
     # Outermost: a request for another name or from another page goes no further.
     app.add_middleware(origins.Guard, access=access)
-    for module in (pages, routes, sse):
+    for module in (pages, routes, sse, memory_routes):
         app.include_router(module.router)
     mcp = mcp_tools.build(sessions, mcp_tools.http_caller)
     app.router.routes.append(mcp_tools.http_route(mcp, users))
-    a2a.install(app, users, sessions)
+    agents = start_input.describe(definitions if definitions is not None else load_definitions())
+    a2a.install(app, users, sessions, agents)
     _docs(app)
     return app
 

@@ -3,8 +3,11 @@
 A user is named in `AGENT_API_USERS` (TOML) with the SHA-256 of their token, or the token
 itself for local use. Tokens are compared as hashes in constant time, over every user, so
 neither a match's position nor a prefix leaks through timing. The browser trades the token
-once (`/?token=...`) for a cookie signed with the user's token hash: it survives a server
-restart, and stops working when the token changes.
+once (`/?token=...`) for a cookie (`Cookies`): `USER.EXPIRY.SIGNATURE`, the signature an
+HMAC-SHA256 of `USER|TOKEN_SHA256|EXPIRY` keyed with the service's own key
+(`AGENT_COOKIE_SECRET`, else a 0600 file in the data directory made on first use), so
+reading the users file is not enough to make one. It lives `api.py --cookie-hours` (12 by
+default), survives a server restart, and stops working when its user's token changes.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +25,14 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from infra.datadir import secret_key
 from infra.errors import AgentError, ConfigError
+from workflows.contract import TIMED_OUT
 
 COOKIE = "agent_session"
+COOKIE_SECRET_ENV = "AGENT_COOKIE_SECRET"
+COOKIE_KEY_FILE = "cookie-secret"
+COOKIE_HOURS = 12.0
 OPERATOR = "operator"
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
@@ -64,6 +73,10 @@ class UsersFile(BaseModel):
         for name in self.users:
             if not name or len(name) > 64 or not all(c.isalnum() or c in "._-@" for c in name):
                 raise ValueError(f"user name {name!r}: use letters, digits and . _ - @ (at most 64)")
+            if name == TIMED_OUT:  # a session's own decider, for a call no one decided in time
+                raise ValueError(
+                    f"user name {name!r} is reserved: a session records it for a call no one decided"
+                )
         return self
 
 
@@ -91,19 +104,45 @@ class Users:
                 found = user
         return found
 
-    def cookie_for(self, user: User) -> str:
-        return f"{user.name}.{_sign(user)}"
-
-    def by_cookie(self, value: str) -> User | None:
-        name, _, signature = value.rpartition(".")
-        for user in self.users:
-            if user.name == name and hmac.compare_digest(signature, _sign(user)):
-                return user
-        return None
+    def by_name(self, name: str) -> User | None:
+        return next((user for user in self.users if user.name == name), None)
 
 
-def _sign(user: User) -> str:
-    return hmac.new(user.token_sha256, f"cookie:{user.name}".encode(), hashlib.sha256).hexdigest()
+class Cookies:
+    """The page's session cookies: made with the service's key, good for `hours`."""
+
+    def __init__(self, key: bytes, hours: float = COOKIE_HOURS):
+        self._key = key
+        self.hours = hours
+
+    @classmethod
+    def from_env(cls, hours: float = COOKIE_HOURS) -> Cookies:
+        """With `AGENT_COOKIE_SECRET`, else the key file in the data directory (`ConfigError` if unusable)."""
+        return cls(secret_key(COOKIE_SECRET_ENV, COOKIE_KEY_FILE), hours)
+
+    @property
+    def max_age(self) -> int:
+        return max(1, round(self.hours * 3600))
+
+    def mint(self, user: User, now: float | None = None) -> str:
+        """`USER.EXPIRY.SIGNATURE` for this user and their current token."""
+        expiry = int((time.time() if now is None else now) + self.max_age)
+        return f"{user.name}.{expiry}.{self._sign(user, expiry)}"
+
+    def user(self, users: Users, value: str, now: float | None = None) -> User | None:
+        """The cookie's user, if it is ours, unexpired, and made for their current token."""
+        name, expiry_text, signature = ["", "", "", *value.rsplit(".", 2)][-3:]
+        user = users.by_name(name)
+        if user is None or not expiry_text.isdigit():
+            return None
+        expiry = int(expiry_text)
+        if not hmac.compare_digest(signature, self._sign(user, expiry)):
+            return None
+        return user if expiry > (time.time() if now is None else now) else None
+
+    def _sign(self, user: User, expiry: int) -> str:
+        signed = f"{user.name}|{user.token_sha256.hex()}|{expiry}".encode()
+        return hmac.new(self._key, signed, hashlib.sha256).hexdigest()
 
 
 def load_users(path: Path) -> Users:
@@ -114,6 +153,10 @@ def load_users(path: Path) -> Users:
         raise UsersFileError(f"users file {path}: {err.strerror}") from None
     except tomllib.TOMLDecodeError as err:
         raise UsersFileError(f"users file {path}: not TOML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise UsersFileError(
+            f"users file {path}: not UTF-8 text (byte {err.start}): save it as UTF-8"
+        ) from None
     try:
         parsed = UsersFile.model_validate(raw)
     except ValidationError as err:
@@ -151,15 +194,16 @@ async def current_user(
 ) -> User:
     """The caller, from the bearer token or the page's cookie; 401 without either."""
     users: Users = request.app.state.users
+    cookies: Cookies = request.app.state.cookies
     if credentials is not None:
         user = users.by_token(credentials.credentials)
         if user is None:
             raise Unauthorized("wrong token")
         return user
     if session_cookie is not None:
-        user = users.by_cookie(session_cookie)
+        user = cookies.user(users, session_cookie)
         if user is None:
-            raise Unauthorized("the session cookie is not valid; open /?token=TOKEN again")
+            raise Unauthorized("the session cookie is not valid or has expired; open /?token=TOKEN again")
         if request.method not in SAFE_METHODS and not _is_json(request):
             raise Forbidden("a change made with the session cookie must be sent as application/json")
         return user

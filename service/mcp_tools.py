@@ -60,13 +60,14 @@ from temporalio.service import RPCError
 
 from activities.wire import TextDelta
 from infra import project
-from infra.errors import AgentError, InvalidInput, Rejected, SessionNotFound
+from infra.errors import AgentError, BadRequest, InvalidInput, Rejected, SessionNotFound
 from service import mcp_protocol, schemas, steering
 from service.auth import User, Users, bearer_user
 from service.http_errors import RETRY_AFTER, error_response
 from service.schemas import SessionPage
 from service.steering import Sessions
 from sessions import control, start_input
+from sessions import memory as memories
 from sessions.text import shorten
 from workflows import events as ev
 from workflows.agent import AgentWorkflow
@@ -110,6 +111,12 @@ class Started(BaseModel):
 
 class AgentList(BaseModel):
     agents: list[dict[str, Any]]
+
+
+class MemoryList(BaseModel):
+    user: str
+    agent: str | None
+    memories: list[memories.Memory]
 
 
 class WaitResult(SessionStatus):
@@ -283,6 +290,35 @@ def build(
         with one_line_errors():
             return AgentList(agents=start_input.describe(start_input.read_definitions()))
 
+    @server.tool(annotations=READS, title="List your memories")
+    async def list_memories(
+        ctx: Context[Any, Any],
+        agent: Annotated[
+            str | None, Field(max_length=48, description="an agent's scope (default: your own)")
+        ] = None,
+    ) -> MemoryList:
+        """Your memories across sessions in one scope, newest first (what remember, recall and forget reach)."""
+        user = caller(ctx)
+        with one_line_errors():
+            found = await memories.listing(sessions_of().client, user.name, agent)
+        return MemoryList(user=user.name, agent=agent, memories=found)
+
+    @server.tool(annotations=CHANGES, title="Forget a memory")
+    async def forget_memory(
+        key: Annotated[str, Field(min_length=1, max_length=100, description="the memory's key")],
+        ctx: Context[Any, Any],
+        agent: Annotated[
+            str | None, Field(max_length=48, description="an agent's scope (default: your own)")
+        ] = None,
+    ) -> MemoryList:
+        """Forget one of your memories by its key; your memories after it."""
+        user = caller(ctx)
+        with one_line_errors():
+            if not await memories.forget(sessions_of().client, user.name, agent, key):
+                raise BadRequest(f"no memory {key!r}")
+            found = await memories.listing(sessions_of().client, user.name, agent)
+        return MemoryList(user=user.name, agent=agent, memories=found)
+
     @server.tool(annotations=CHANGES, title="Wait for a session")
     async def wait_for_session(
         session_id: SessionId,
@@ -351,10 +387,17 @@ def build(
         session_id: SessionId,
         text: Annotated[str, Field(min_length=1, max_length=200_000, description="the message")],
         ctx: Context[Any, Any],
+        mode: Annotated[
+            Literal["queue", "steer"] | None,
+            Field(
+                description="queue: after the run's answer (a chat's default); steer: at the model's next call"
+            ),
+        ] = None,
     ) -> SessionStatus:
-        """A chat session's next message; it is queued if the session is busy. Answers the status."""
+        """A message while the session works: a chat's next (queued if it is busy), or a steer the
+        model gets at its next call. Answers the status."""
         with one_line_errors():
-            message = steering.message(text)
+            message = steering.message(text, mode)
         return await steer(ctx, session_id, AgentWorkflow.send_message, message)
 
     @server.tool(annotations=CHANGES, title="Pause a session")
@@ -371,6 +414,27 @@ def build(
     async def close_session(session_id: SessionId, ctx: Context[Any, Any]) -> SessionStatus:
         """End a chat session after the messages already sent."""
         return await steer(ctx, session_id, AgentWorkflow.close_session)
+
+    @server.tool(annotations=CHANGES, title="Raise a session's limit")
+    async def raise_limit(
+        session_id: SessionId,
+        name: Annotated[Literal["max_steps", "token_budget", "cost_budget"], Field(description="the limit")],
+        value: Annotated[float, Field(gt=0, description="the new absolute limit, above what is used")],
+        ctx: Context[Any, Any],
+    ) -> SessionStatus:
+        """Set a new limit; a session waiting at it (waiting_budget) goes on. Answers the status."""
+        with one_line_errors():
+            request = steering.limit_raise(caller(ctx), name, value)
+        return await steer(ctx, session_id, AgentWorkflow.raise_limit, request)
+
+    @server.tool(annotations=CHANGES, title="Decline more budget")
+    async def decline_limit(
+        session_id: SessionId, ctx: Context[Any, Any], reason: Reason = None
+    ) -> SessionStatus:
+        """A session waiting at a limit (waiting_budget) ends stopped, the limit its reason."""
+        with one_line_errors():
+            request = steering.limit_decline(caller(ctx), reason)
+        return await steer(ctx, session_id, AgentWorkflow.decline_limit, request)
 
     @server.tool(
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False),

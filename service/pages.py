@@ -1,7 +1,8 @@
 """The page and its files, the token-for-cookie exchange, and the health check.
 
-`/?token=TOKEN` is opened once: the answer sets an HttpOnly, SameSite=Strict cookie and
-redirects to `/`, so the token leaves the address bar and the browser history.
+`/?token=TOKEN` is opened once: the answer sets an HttpOnly, SameSite=Strict cookie
+(service/auth.py `Cookies`) and redirects to `/`, so the token leaves the address bar and
+the browser history; api.py's access log never shows it (service/access_log.py).
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
 from service import schemas
-from service.auth import COOKIE, Unauthorized, User, bearer, current_user
+from service.auth import COOKIE, Cookies, Unauthorized, User, bearer, current_user
 
 STATIC = Path(__file__).parent / "static"
-COOKIE_MAX_AGE = 30 * 24 * 3600
 router = APIRouter()
 
 
@@ -32,9 +32,10 @@ async def index(request: Request, token: str | None = None) -> Response:
         user = request.app.state.users.by_token(token)
         if user is None:
             raise Unauthorized("wrong token")
+        cookies: Cookies = request.app.state.cookies
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(
-            COOKIE, request.app.state.users.cookie_for(user), max_age=COOKIE_MAX_AGE,
+            COOKIE, cookies.mint(user), max_age=cookies.max_age,
             httponly=True, samesite="strict", secure=request.url.scheme == "https", path="/",
         )  # fmt: skip
         return response

@@ -35,7 +35,9 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.memory import ID_PREFIX as MEMORY_ID_PREFIX
 from infra.errors import (
+    BadRequest,
     InvalidInput,
     NoWorker,
     Rejected,
@@ -65,9 +67,9 @@ QUERY_TIMEOUT = timedelta(seconds=20)
 # A stuck session may not answer queries at all: ask briefly, then build the status
 # from its start input.
 STUCK_QUERY_TIMEOUT = timedelta(seconds=3)
-RUNNING_STATUSES = ("running", "paused", "waiting_approval", "waiting_input")
 # What each query the entry points read answers.
 QUERY_TYPES: dict[str, type] = {"status": SessionStatus, "history": SessionHistory, "state": SessionState}
+SESSION_WORKFLOW = "AgentWorkflow"  # the workflow type of every session (workflows/agent.py)
 
 
 def cli_user() -> str:
@@ -93,7 +95,10 @@ async def start(
     task_queue: str,
 ) -> WorkflowHandle:
     """Start a session, named in the Temporal UI by its goal and settings (`sessions.text`);
-    `SessionExists` when the id is taken (ids are never reused)."""
+    `SessionExists` when the id is taken (ids are never reused). Ids under `memory/` are the
+    memory workflows' (activities/memory.py): no start takes one."""
+    if session_id.startswith(MEMORY_ID_PREFIX):
+        raise BadRequest(f"session ids starting with {MEMORY_ID_PREFIX!r} are reserved for memories")
     try:
         return await client.start_workflow(
             AgentWorkflow.run,
@@ -142,10 +147,15 @@ def initial_search_attributes(session_input: SessionInput) -> TypedSearchAttribu
 
 
 async def describe(h: WorkflowHandle) -> Any:
+    """The session's description; `SessionNotFound` when there is no workflow with its id,
+    or the workflow is not a session (a notification's, a workflow of another program)."""
     try:
-        return await h.describe()
+        described = await h.describe()
     except RPCError as err:
         raise _not_found(err, h.id) from None
+    if described.workflow_type != SESSION_WORKFLOW:
+        raise SessionNotFound(h.id)
+    return described
 
 
 async def status(client: Client, session_id: str) -> SessionStatus:
@@ -335,10 +345,13 @@ async def stuck_task(client: Client, h: WorkflowHandle, described: Any = None) -
 
 
 async def start_input(client: Client, h: WorkflowHandle) -> tuple[SessionInput, datetime]:
-    """The input the session's latest run started with, and when."""
+    """The input the session's latest run started with, and when; `SessionNotFound` when
+    the workflow is not a session (its type is not AgentWorkflow)."""
     try:
         async for event in h.fetch_history_events():
             attributes = event.workflow_execution_started_event_attributes
+            if attributes.workflow_type.name != SESSION_WORKFLOW:
+                raise SessionNotFound(h.id)
             [started] = await client.data_converter.decode(attributes.input.payloads, [SessionInput])
             return started, event.event_time.ToDatetime().replace(tzinfo=UTC)
     except RPCError as err:

@@ -38,6 +38,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from activities.live_server import decode_line, live_url
+from infra.errors import ConfigError
+from infra.live_auth import bearer, follower_key
 from workflows import events as ev
 
 log = logging.getLogger("sessions.live_text")
@@ -150,6 +152,11 @@ class LiveText:
         self.last_turn = max(self.last_turn, step)
 
     async def run(self) -> None:
+        try:
+            follower_key()
+        except ConfigError as err:  # the text comes with each turn
+            log.warning("no live text: %s", err)
+            return
         timeout = httpx.Timeout(CONNECT_TIMEOUT_S, read=None)
         async with httpx.AsyncClient(timeout=timeout, trust_env=False) as http:
             while True:
@@ -211,8 +218,11 @@ class LiveText:
         "lost" (not there, or the connection broke)."""
         read: dict[str, int] = {}  # characters of each type this connection has read
         try:
+            # A credential of its own for each request (infra/live_auth.py): never logged, never sent on.
+            credential = follower_key().mint(self.session_id)
             async with http.stream("GET", f"{url}/live/{quote(self.session_id, safe='')}",
-                                   params={"attempt": attempt, "thinking": 1}) as response:  # fmt: skip
+                                   params={"attempt": attempt, "thinking": 1},
+                                   headers=bearer(credential)) as response:  # fmt: skip
                 if response.status_code != 200:
                     return "lost"
                 async for line in response.aiter_lines():

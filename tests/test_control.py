@@ -14,6 +14,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.tools import ToolActivities
 from infra.datadir import read_effects
+from sessions import control
 from tests.conftest import Harness, answer, model_activities, tool_use
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
@@ -56,7 +57,8 @@ async def test_approve_with_an_edited_input(harness: Harness):
     assert [e["input"]["to"] for e in sent] == ["boss@example.com"]
     history: SessionHistory = await handle.query(AgentWorkflow.history)
     call = history.tool_calls[0]
-    assert call.input == EMAIL and call.approved_input == edited and call.decided_by == "alice"
+    assert call.input == EMAIL and call.approved_input == edited
+    assert (call.decided_by, call.on_behalf_of) == (control.cli_user(), "alice")  # who ran it, and for whom
     assert call.status == "done"
     # The model is told what the tool really ran with.
     tool_result = harness.requests(handle.id)[-1]["body"]["messages"][-1]["content"][0]
@@ -68,7 +70,12 @@ async def test_approve_with_an_edited_input(harness: Harness):
     assert "a person edited the input" in text and "boss@example.com" in text
 
     code, out, _ = await run_cli(harness, "history", handle.id)
-    assert code == 0 and "edited before approval" in out and "boss@example.com" in out and "by alice" in out
+    assert (
+        code == 0
+        and "edited before approval" in out
+        and "boss@example.com" in out
+        and f"by {control.cli_user()} for alice" in out
+    )
     code, out, _ = await run_cli(harness, "history", handle.id, "--json")
     document = json.loads(out)
     assert document["tool_calls"][0]["input"]["to"] == "team@example.com"

@@ -33,6 +33,7 @@ from devservers import processes
 from devservers.fakemodel import FakeModelServer
 from infra.connection import data_converter
 from infra.keyring import parse_keys
+from infra.live_auth import LiveKey, bearer
 from tests.conftest import ROOT
 from tests.support.api import ApiProcess, Sse, read_sse, serve_api
 from tests.support.procs import ProcessHarness, holder, start_session, wait_for_model_request, wait_for_status
@@ -116,13 +117,27 @@ def check_deltas(events: list[dict[str, Any]], step: int, text: str) -> list[dic
 # ---- the worker's live server, in this process -----------------------------------------
 
 
+class Credentials(httpx.Auth):
+    """A live credential for the session each request names, as a follower mints it."""
+
+    def __init__(self, key: LiveKey):
+        self.key = key
+
+    def auth_flow(self, request: httpx.Request):
+        session_id = request.url.path.removeprefix("/live/")
+        request.headers.update(bearer(self.key.mint(session_id)))
+        yield request
+
+
 async def test_the_live_server_sends_the_text_so_far_then_each_chunk_encrypted_with_payload_keys():
     keys = parse_keys("k1:" + "A" * 43 + "=")
     converter = data_converter(keys)
     calls = LiveCalls()
+    key = LiveKey(b"k" * 32)
     async with (
-        LiveServer(converter, calls=calls) as server,
-        httpx.AsyncClient(base_url=server.url or "") as http,
+        LiveServer(converter, calls=calls, key=key) as server,
+        # A follower's credential opens one session's text (tests/security/test_live_text.py).
+        httpx.AsyncClient(base_url=server.url or "", auth=Credentials(key)) as http,
     ):
         assert server.url is not None and live_url(with_live("1@here wf=abc", server.url)) == server.url
         assert (await http.get("/live/nobody", params={"attempt": "x"})).status_code == 400

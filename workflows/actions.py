@@ -8,10 +8,15 @@ A rule (`check_*`) reads the state only and raises `ValueError` with a sentence 
 understands, or an `ApplicationError` of type `INVALID_TOOL_INPUT` when an edited tool
 input breaks the tool's schema. An effect changes the state, says so through the view,
 and returns the update's result.
+
+`timeout` is the session's own decider (a call no one decided in time): a decision or a
+cancel that names it, as `decided_by` or `on_behalf_of`, is refused at every door, raw
+updates and signals included (`check_decider`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any, cast
@@ -27,11 +32,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from jsonschema.protocols import Validator
 
+    from workflows import messages
     from workflows.contract import (
         INVALID_TOOL_INPUT,
+        TIMED_OUT,
         CancelRequest,
         Decision,
         EventInput,
+        LimitDecline,
+        LimitRaise,
         ToolCallRecord,
         UserMessage,
     )
@@ -39,6 +48,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.records import WAIT_FOR_EVENT, ReceivedEvent
     from workflows.session import Session
     from workflows.state import MAX_UNDELIVERED_DATA, MAX_UNDELIVERED_EVENTS
+
+
+# Signals naming the reserved decider are refused from this patch on; a history from before
+# it recorded them, and replays them as it did.
+RESERVED_DECIDER_PATCH = "reserved-decider"
 
 
 def signalled(
@@ -49,22 +63,46 @@ def signalled(
     try:
         if None in payload:
             raise ValueError("the signal carries no payload")
+        if any(_names_reserved(p) for p in payload) and not session.temporal.patched(RESERVED_DECIDER_PATCH):
+            check = functools.partial(check, deciders=False)
         check(session, *payload)
         apply(session, *payload)
     except (ValueError, ApplicationError) as err:  # pydantic's ValidationError is a ValueError
         workflow.logger.warning("ignored signal %s: %s", signal, err)
 
 
+# ---- who decides --------------------------------------------------------------------------
+
+
+def check_decider(request: Decision | CancelRequest | LimitRaise | LimitDecline) -> None:
+    """No caller records the session's own decider, `timeout`."""
+    if _names_reserved(request):
+        raise ValueError(
+            f"{TIMED_OUT!r} is reserved: it is what a session records for a call no one decided in time"
+        )
+
+
+def _names_reserved(payload: Any) -> bool:
+    return isinstance(payload, Decision | CancelRequest | LimitRaise | LimitDecline) and TIMED_OUT in (
+        payload.decided_by,
+        payload.on_behalf_of,
+    )
+
+
 # ---- approvals ---------------------------------------------------------------------------
 
 
-def check_approve(session: Session, decision: Decision) -> None:
+def check_approve(session: Session, decision: Decision, *, deciders: bool = True) -> None:
+    if deciders:
+        check_decider(decision)
     call = _check_decision(session, decision, "approve")
     if decision.input is not None:
         _check_edited_input(session, call, decision.input)
 
 
-def check_deny(session: Session, decision: Decision) -> None:
+def check_deny(session: Session, decision: Decision, *, deciders: bool = True) -> None:
+    if deciders:
+        check_decider(decision)
     _check_decision(session, decision, "deny")
     if decision.input is not None:
         raise ValueError("an edited input goes with approve, not deny")
@@ -110,7 +148,7 @@ def _check_edited_input(session: Session, call: ToolCallRecord, edited: dict[str
 
 def _decide(session: Session, decision: Decision, approved: bool) -> str:
     call = session.state.calls[decision.tool_use_id]
-    call.decided_by = decision.decided_by
+    call.decided_by, call.on_behalf_of = decision.decided_by, decision.on_behalf_of
     if approved:
         call.status, call.approved, call.approved_input = "pending", True, decision.input
         call.deadline = None  # the approval deadline, met
@@ -120,6 +158,7 @@ def _decide(session: Session, decision: Decision, approved: bool) -> str:
         DecisionRecorded(
             tool_use_id=call.tool_use_id, name=call.name, approved=approved, reason=decision.reason,
             input=decision.input if approved else None, decided_by=decision.decided_by,
+            on_behalf_of=decision.on_behalf_of,
         )
     )  # fmt: skip
     session.view.changed()
@@ -156,7 +195,9 @@ def _set_paused(session: Session, paused: bool) -> str:
     return "paused" if paused else "resumed"
 
 
-def check_cancel(session: Session, request: CancelRequest) -> None:
+def check_cancel(session: Session, request: CancelRequest, *, deciders: bool = True) -> None:
+    if deciders:
+        check_decider(request)
     session.refuse_if_finished("cancel")
 
 
@@ -204,19 +245,12 @@ def take_event(session: Session, event: EventInput) -> str:
 
 
 def check_send(session: Session, message: UserMessage) -> None:
-    session.refuse_if_finished("take a message")
-    if not session.input.chat:
-        raise ValueError(f"session {session.id} is not a chat session (start one with --chat)")
-    if session.state.closing:
-        raise ValueError(f"session {session.id} is closing; it takes no more messages")
+    messages.check_send(session, message)
 
 
 def send(session: Session, message: UserMessage) -> int:
-    """Queue a user message; its position among the user turns (the goal is 1)."""
-    state = session.state
-    state.queue.append(message.text)
-    session.view.changed()
-    return state.user_turns + len(state.queue)
+    """Keep a user message for the model (workflows/messages.py); its id (the goal is 1)."""
+    return messages.send(session, message)
 
 
 def check_close(session: Session) -> None:
@@ -231,6 +265,6 @@ def close(session: Session) -> str:
     state = session.state
     state.closing = True
     session.view.changed()
-    if not state.idle or state.queue:
+    if not state.idle or state.pending:
         return "closing: the session ends after the messages already sent"
     return "closed"

@@ -11,8 +11,9 @@ was cancelled. The session's spans (workflows/spans.py) open here too.
 
 Versions: a change to the commands a path issues goes behind `Temporal.patched` (asked in
 the run's first activation, where a replay asks it too) and is retired by a release step
-(docs/operations/deployment.md, "Retiring a patch"). The session's code has no such branch
-today, so a new session's history starts with its first command, not with markers. The
+(docs/operations/deployment.md, "Retiring a patch"). The session's code has one such branch
+today, asked only when a signal names the reserved decider `timeout` (workflows/actions.py),
+so a new session's history starts with its first command, not with markers. The
 patches in `RETIRED` are asked only while a worker replays a history: one recorded by the
 release before, which holds their markers, replays as it ran (its code took the branches
 this code always takes); a new history never gets them.
@@ -149,7 +150,9 @@ class Temporal:
     # ---- patches -----------------------------------------------------------------------
 
     def patched(self, patch_id: str) -> bool:
-        """`workflow.patched`, counting the marker it records (none is in use today)."""
+        """`workflow.patched`, counting the marker it records. In use: workflows/actions.py's
+        `reserved-decider`, asked only when a signal names the reserved decider (so a
+        session's history gets its marker only then)."""
         return self._meter.patched(patch_id)
 
     # ---- activities ----------------------------------------------------------------------

@@ -12,13 +12,19 @@ says how to answer. After `MAX_INVALID_ANSWERS` invalid answers the session is `
 saying why. The same tool works on every provider, whatever the schema says (open
 objects, unions, references): nothing depends on a provider's native structured output.
 
-`check_schema` is what the start input's resolution runs on a schema: a schema that is
-not valid JSON Schema (Draft 2020-12) is refused with one line before anything starts.
+`check_schema` is what the start input's resolution runs on a schema, at every door: a
+schema that is not valid JSON Schema (Draft 2020-12) is refused with one line before
+anything starts, and so is one whose references could lead outside it or lead nowhere: a
+`$ref` or `$dynamicRef` that does not start with `#`, an `$id` below the root, or a
+reference that does not resolve in the schema the model gets (after any wrapping). The
+workflow validates with an empty registry (`NO_RESOURCES`): whatever an input holds, a
+reference is looked up in the schema itself and nowhere else, so validating does no I/O.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any, cast
 
 from temporalio import workflow
@@ -31,6 +37,9 @@ with workflow.unsafe.imports_passed_through():
         best_match,  # pyright: ignore[reportUnknownVariableType]: its stub leaves the return untyped
     )
     from jsonschema.protocols import Validator
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
 
     from activities.wire import Message, ModelReply, TextBlock, ToolSpec
     from workflows.contract import ToolCallRecord
@@ -41,6 +50,10 @@ FINAL_ANSWER = "final_answer"
 WRAPPED = "answer"  # the property that holds an answer whose schema is not an object's
 MAX_INVALID_ANSWERS = 3
 DEFINITIONS = ("$defs", "definitions", "$schema", "$id")  # stay at the top when wrapped
+REFERENCES = ("$ref", "$dynamicRef")
+# No resource but the schema itself (and the meta-schemas jsonschema keeps in memory):
+# jsonschema's default registry would fetch an unknown URL with urlopen.
+NO_RESOURCES: Registry[Any] = Registry()
 INSTRUCTION = (
     f"When you have the final answer, give it by calling the {FINAL_ANSWER} tool (its input is "
     "the answer, as JSON that matches the tool's schema), not as text."
@@ -56,7 +69,56 @@ def check_schema(schema: Any) -> str | None:
     except SchemaError as err:
         where = "/".join(str(p) for p in err.absolute_path) or "the top"
         return f"the output schema is not valid JSON Schema: at {where}: {_short(err.message)}"
+    return reference_problem(cast("dict[str, Any]", schema))
+
+
+def reference_problem(schema: dict[str, Any]) -> str | None:
+    """Why the schema's references could reach outside it, or lead nowhere in the schema
+    the model gets; None when every one resolves inside it."""
+    sent = answer_spec(schema).input_schema
+    resolver = NO_RESOURCES.resolver_with_root(DRAFT202012.create_resource(sent))
+    for where, key, value in _keywords(sent, ""):
+        if key == "$id" and where:
+            return (
+                f"the output schema has an $id below its root (at {where}): every $ref must resolve inside "
+                "the schema, so only the root may name itself"
+            )
+        if key not in REFERENCES:
+            continue
+        if not value.startswith("#"):
+            return (
+                f"the output schema's {key} {_short(value, 120)!r} (at {where or 'the top'}) does not start "
+                "with '#': a $ref may only point inside the schema"
+            )
+        try:
+            resolver.lookup(value)
+        except Unresolvable:
+            sent_as = (
+                f" as the model gets it (the answer is its `{WRAPPED}` property)" if wraps(schema) else ""
+            )
+            return (
+                f"the output schema's {key} {_short(value, 120)!r} (at {where}) does not resolve in the "
+                f"schema{sent_as}"
+            )
     return None
+
+
+def _keywords(node: Any, where: str) -> Iterator[tuple[str, str, str]]:
+    """(where, key, value) of every `$id`, `$ref` and `$dynamicRef` with a string value,
+    anywhere in the schema; `where` is a JSON pointer to the object that holds it."""
+    if isinstance(node, dict):
+        for key, value in cast("dict[str, Any]", node).items():
+            if key in ("$id", *REFERENCES) and isinstance(value, str):
+                yield where, key, value
+            else:
+                yield from _keywords(value, f"{where}/{_escaped(key)}")
+    elif isinstance(node, list):
+        for index, value in enumerate(cast("list[Any]", node)):
+            yield from _keywords(value, f"{where}/{index}")
+
+
+def _escaped(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 def wraps(schema: dict[str, Any]) -> bool:
@@ -88,10 +150,21 @@ def answer_spec(schema: dict[str, Any]) -> ToolSpec:
     )
 
 
+class UnusableSchema(Exception):
+    """The schema has a reference that does not resolve inside it: no answer can match."""
+
+
 def problem(schema: dict[str, Any], value: Any) -> str | None:
-    """Why `value` does not match `schema`, in one line; None when it does."""
-    validator = cast("Validator", Draft202012Validator(schema))  # its stub is partly untyped
-    found = cast("ValidationError | None", best_match(validator.iter_errors(value)))
+    """Why `value` does not match `schema`, in one line; None when it does. A reference
+    that does not resolve inside the schema is `UnusableSchema`: nothing is fetched."""
+    # its stub is partly untyped
+    validator = cast("Validator", Draft202012Validator(schema, registry=NO_RESOURCES))
+    try:
+        found = cast("ValidationError | None", best_match(validator.iter_errors(value)))
+    except Unresolvable as err:
+        raise UnusableSchema(
+            f"the output schema cannot be used: a $ref does not resolve inside it ({_short(str(err), 200)})"
+        ) from None
     if found is None:
         return None
     where = found.json_path if found.absolute_path else "the answer"
@@ -113,6 +186,7 @@ class TypedAnswers:
         assert schema is not None
         self.schema = schema
         self._last: str | None = None  # the latest validation error, for the failure's text
+        self._unusable: str | None = None  # why no answer can match (a reference leads nowhere)
 
     def take_call(self, call: ToolCallRecord) -> tuple[bool, str]:
         """A `final_answer` call checked: (valid, the result the model gets)."""
@@ -120,7 +194,11 @@ class TypedAnswers:
         if wraps(self.schema) and WRAPPED not in call.input:
             why: str | None = f"the input has no `{WRAPPED}` property; the answer goes there"
         else:
-            why = problem(self.schema, value)
+            try:
+                why = problem(self.schema, value)
+            except UnusableSchema as err:
+                self._unusable = str(err)
+                return False, self._unusable
         if why is not None:
             self.state.invalid_answers += 1
             self._last = why
@@ -130,9 +208,12 @@ class TypedAnswers:
         return True, "accepted: this is the final answer"
 
     def after_tools(self) -> None:
-        """After a response's calls: end the run on an accepted answer, or on too many invalid ones."""
+        """After a response's calls: end the run on an accepted answer, on a schema no
+        answer can match, or on too many invalid answers."""
         if self.state.has_output:
             raise Finished("completed")
+        if self._unusable is not None:
+            raise Finished("failed", error=self._unusable)
         self._check_count()
 
     def text_answer(self, reply: ModelReply) -> None:
@@ -144,7 +225,10 @@ class TypedAnswers:
         except ValueError:
             why = f"the answer is not JSON; call {FINAL_ANSWER} with it"
         else:
-            found = problem(self.schema, value)
+            try:
+                found = problem(self.schema, value)
+            except UnusableSchema as err:
+                raise Finished("failed", error=str(err)) from None
             if found is None:
                 self._accept(value)
                 raise Finished("completed")

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Self, TypeVar
 
@@ -80,6 +80,22 @@ class _WatchedStream:
         return getattr(self._inner, name)
 
 
+# What every stdio server gets of the worker's environment besides what its definition
+# names (the MCP SDK adds LOGNAME, SHELL, TERM and USER of its own accord).
+BASE_ENVIRONMENT = ("PATH", "HOME", "LANG", "LANGUAGE")
+
+
+def server_environment(config: McpServer, worker: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A stdio server's environment: the base (PATH, HOME, the locale), the worker's
+    variables its definition passes through, and its own `env`. The worker's keys (model
+    API keys, AGENT_WEBHOOK_SECRET, AGENT_PAYLOAD_KEYS, TEMPORAL_API_KEY, AWS_*) reach it
+    only if its definition names them."""
+    worker = os.environ if worker is None else worker
+    base = {k: v for k, v in worker.items() if k in BASE_ENVIRONMENT or k.startswith("LC_")}
+    passed = {k: worker[k] for k in config.env_passthrough if k in worker}
+    return {**base, **passed, **config.env}
+
+
 def _transport(config: McpServer) -> AbstractAsyncContextManager[Any]:
     if config.url is not None:
         return streamable_http_client(config.url)
@@ -88,9 +104,7 @@ def _transport(config: McpServer) -> AbstractAsyncContextManager[Any]:
         # "python" is the worker's own interpreter (its virtual environment), not the PATH's.
         command=sys.executable if config.command[0] == "python" else config.command[0],
         args=config.command[1:],
-        # The SDK passes a stdio server only PATH, HOME and a few more; a server written
-        # for this deployment expects the worker's environment, plus its own settings.
-        env={**os.environ, **config.env},
+        env=server_environment(config),
         encoding_error_handler="replace",
     )
     return stdio_client(params)

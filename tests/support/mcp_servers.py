@@ -70,6 +70,12 @@ def whoami() -> str:
     return json.dumps({"pid": os.getpid(), "greeting": os.environ.get("MCP_TEST_GREETING")})
 
 
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def environment() -> str:
+    """This server's whole environment, as JSON."""
+    return json.dumps(dict(os.environ))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     group = parser.add_mutually_exclusive_group(required=True)
