@@ -218,7 +218,12 @@ async def test_paging_returns_each_session_once(api: ApiProcess, client: Client,
     assert all(json.loads(line)["actions"] for line in out.splitlines())
 
 
-async def test_a_page_token_is_refused_with_another_filter_or_user(api: ApiProcess):
+async def test_a_page_token_is_refused_with_another_filter_or_user(
+    api: ApiProcess, client: Client, fake_model: FakeModelServer
+):
+    # Two sessions of its own, so the operator's first page of one has a next page.
+    await start_many(client, api.env["TEMPORAL_TASK_QUEUE"], fake_model, "alice", 2)
+    await indexed(client, listing.Filter(), 2)
     async with api.client("alice") as alice, api.client("bob") as bob, api.client("olga") as olga:
         first = await olga.get("/v1/sessions", params={"limit": 1})
         token = first.json()["next_page_token"]
