@@ -68,6 +68,10 @@ def add_session_flags(command: argparse.ArgumentParser) -> None:
         "--approval-timeout", type=positive_float,
         help="deny a call no one decides on within this many seconds (default: it waits)",
     )  # fmt: skip
+    command.add_argument(
+        "--on-limit", choices=("stop", "ask"),
+        help="at max-steps, token-budget or cost-budget: stop (default), or wait for `raise`",
+    )  # fmt: skip
     command.add_argument("--max-tokens", type=positive_int, help="max_tokens per model call (default 4096)")
     command.add_argument(
         "--model-timeout", type=positive_float, help="seconds one model call attempt may take (default 120)"
@@ -153,9 +157,13 @@ def parser() -> argparse.ArgumentParser:
         cmd.add_argument("session")
         cmd.add_argument("--json", action="store_true", help="print JSON")
 
-    send = commands.add_parser("send", help="send a message to a chat session")
+    send = commands.add_parser("send", help="send a message to a working session (a chat's next, or a steer)")
     send.add_argument("session")
     send.add_argument("text")
+    send.add_argument(
+        "--mode", choices=("queue", "steer"),
+        help="queue: after the run's answer (a chat's default); steer: at the model's next call (the default otherwise)",
+    )  # fmt: skip
     commands.add_parser("close", help="end a chat session after the messages already sent").add_argument(
         "session"
     )
@@ -181,6 +189,39 @@ def parser() -> argparse.ArgumentParser:
     cancel.add_argument("--reason", help="why")
     cancel.add_argument("--as", dest="on_behalf_of", metavar="USER", help=ON_BEHALF_OF)
 
+    raising = commands.add_parser(
+        "raise", help="raise a limit of a session (one waiting at it goes on), or --decline"
+    )
+    raising.add_argument("session")
+    new_limit = raising.add_mutually_exclusive_group(required=True)
+    new_limit.add_argument("--max-steps", type=positive_int, help="the new most model calls")
+    new_limit.add_argument("--token-budget", type=positive_int, help="the new most tokens")
+    new_limit.add_argument("--cost-budget", type=positive_float, help="the new most USD")
+    new_limit.add_argument(
+        "--decline", action="store_true", help="no more: the session waiting at a limit stops"
+    )
+    raising.add_argument("--reason", help="why, with --decline")
+    raising.add_argument("--as", dest="on_behalf_of", metavar="USER", help=ON_BEHALF_OF)
+
+    memory = commands.add_parser("memory", help="a user's memories across sessions: list, forget, clear")
+    memory_commands = memory.add_subparsers(dest="memory_command", required=True, parser_class=Parser)
+    for name, text in [("list", "the memories, newest first"), ("forget", "forget one memory by its key"),
+                       ("clear", "forget every memory of the scope")]:  # fmt: skip
+        verb = memory_commands.add_parser(name, help=text)
+        if name == "forget":
+            verb.add_argument("key")
+        verb.add_argument(
+            "--user",
+            default=os.environ.get("AGENT_USER", "anonymous"),
+            help="whose memories (default AGENT_USER)",
+        )
+        verb.add_argument(
+            "--agent",
+            help="the agent's scope (default: the user's own, shared by agents with memory = \"user\")",
+        )
+        if name == "list":
+            verb.add_argument("--json", action="store_true", help="one JSON object per line")
+
     export = commands.add_parser("export", help="write the Temporal event history as JSON (replayable)")
     export.add_argument("session")
     export.add_argument("file", type=Path, help="where to write it ('-' for standard output)")
@@ -198,7 +239,9 @@ def parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="sessions, newest first")
     listing.add_argument("--status", help="only sessions with this status (e.g. waiting_approval)")
     listing.add_argument("--user", help="only sessions of this user")
-    listing.add_argument("--limit", type=positive_int, default=50)
+    listing.add_argument(
+        "--limit", type=positive_int, default=50, help="at most this many (any number: read a page at a time)"
+    )
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     return root
 

@@ -47,8 +47,9 @@ across every worker of the queue together: ten workers on one API key share one 
 Worker Deployment (docs/operations/deployment.md); without them it runs unversioned.
 SIGTERM drains: polling stops, running model calls and tools get `--drain-seconds` to
 finish, then the process exits. `--max-cached-workflows`, `--max-concurrent-activities`,
-`--max-concurrent-workflow-tasks`, `--workflow-pollers` and `--activity-pollers` size the
-worker for many sessions at once (docs/operations/sizing.md).
+`--max-concurrent-workflow-tasks`, `--workflow-pollers` and `--activity-pollers` set its
+capacity; without them it is sized from the memory and cores it may use (infra/sizing.py,
+docs/operations/sizing.md).
 
 Temporal's SDK, the workflow and the activities are imported where they are used, so
 `--help` and a bad flag answer at once. A setting whose extra is not installed
@@ -70,7 +71,7 @@ import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from infra import extras, memory, otel
+from infra import extras, memory, otel, sizing
 from infra.arguments import OneLineParser, listen_address, non_negative_float, positive_float, positive_int
 from infra.errors import AgentError, ConfigError
 
@@ -87,6 +88,7 @@ if TYPE_CHECKING:
     from activities.tools import Tool
     from infra.definitions import Definitions
     from infra.failover import FailoverWatch
+    from infra.sizing import Capacity
 
 DEFAULT_TOOLS = "examples.example_tools:TOOLS"
 DEFAULT_DRAIN_SECONDS = 30.0
@@ -134,19 +136,30 @@ def load_workflow(spec: str) -> type:
     return getattr(importlib.import_module(module_name), attr)
 
 
-# The worker's capacity. The SDK's defaults (1,000 cached sessions, 100 activities, 100
-# workflow tasks, 5 pollers of each kind) suit a few hundred sessions at once. A model
-# call holds its activity slot for the model's whole latency, so a worker serving N
-# sessions in flight wants about N activity slots (each is an awaiting coroutine), and a
-# cache that holds every one of them: an evicted session replays its whole history at its
-# next step. bench/analysis.md has the measurements behind the figures in docs/operations/sizing.md.
+# The worker's capacity. Without these flags it is sized from the memory and cores it may
+# use (infra/sizing.py): a cache of a quarter of the memory at 0.5 MB a session (at most
+# 20,000), an activity slot for every cached session (a model call holds one for the
+# model's whole latency; each is an awaiting coroutine), 100 workflow task slots and 5
+# pollers of each kind per core. The SDK's own defaults (1,000 cached sessions, 100
+# activities, 100 workflow tasks, 5 pollers) stopped fitting at 1,000 sessions.
 CAPACITY_FLAGS = {
-    "max_cached_workflows": "sessions kept in memory between steps (SDK default 1000)",
-    "max_concurrent_activities": "model calls and tools running at once (SDK default 100)",
-    "max_concurrent_workflow_tasks": "workflow tasks at once (SDK default 100)",
-    "workflow_pollers": "workflow task pollers (SDK default 5)",
-    "activity_pollers": "activity task pollers (SDK default 5)",
+    "max_cached_workflows": "sessions kept in memory between steps (default: a quarter of the memory "
+    "at 0.5 MB a session, 100 to 20,000)",
+    "max_concurrent_activities": "model calls and tools running at once (default: as many as cached sessions)",
+    "max_concurrent_workflow_tasks": "workflow tasks at once (default: 100 per core)",
+    "workflow_pollers": "workflow task pollers (default: 5 per core)",
+    "activity_pollers": "activity task pollers (default: 5 per core)",
 }
+
+
+CAPACITY_HELP = (
+    "capacity: without the capacity flags above, the worker sizes itself from the memory (a cgroup's limit, "
+    "else the machine's) and the cores it may use: a quarter of the memory for cached sessions at "
+    "0.5 MB each (100 to 20,000), an activity slot for each, 100 workflow task slots and 5 pollers of "
+    "each kind per core; its memory stays under 300 MB + 0.5 MB a cached session. A session evicted "
+    "from the cache replays its current run at its next step (bounded by continue-as-new). "
+    "On this machine: {machine}."
+)
 
 
 def add_capacity_flags(parser: argparse.ArgumentParser) -> None:
@@ -157,18 +170,27 @@ def add_capacity_flags(parser: argparse.ArgumentParser) -> None:
                              f"may take it (default {STICKY_TIMEOUT.total_seconds():g})")  # fmt: skip
 
 
-def capacity_options(args: argparse.Namespace) -> dict:
-    """The Worker options the capacity flags set; the SDK's defaults for the others."""
+def capacity_options(args: argparse.Namespace, machine: Capacity | None = None) -> dict:
+    """The Worker options of the capacity flags; what a flag leaves unset comes from
+    `machine` (default: this machine's, infra/sizing.py)."""
     from temporalio.worker import PollerBehaviorSimpleMaximum
 
-    options: dict = {}
-    for name in ("max_cached_workflows", "max_concurrent_activities", "max_concurrent_workflow_tasks"):
-        if getattr(args, name) is not None:
-            options[name] = getattr(args, name)
-    if args.workflow_pollers is not None:
-        options["workflow_task_poller_behavior"] = PollerBehaviorSimpleMaximum(args.workflow_pollers)
-    if args.activity_pollers is not None:
-        options["activity_task_poller_behavior"] = PollerBehaviorSimpleMaximum(args.activity_pollers)
+    machine = machine or sizing.this_machine()
+    sized = {
+        "max_cached_workflows": machine.cached,
+        "max_concurrent_activities": machine.activities,
+        "max_concurrent_workflow_tasks": machine.workflow_tasks,
+        "workflow_pollers": machine.workflow_pollers,
+        "activity_pollers": machine.activity_pollers,
+    }
+    chosen = {
+        name: value if getattr(args, name) is None else getattr(args, name) for name, value in sized.items()
+    }
+    options: dict = {
+        "workflow_task_poller_behavior": PollerBehaviorSimpleMaximum(chosen.pop("workflow_pollers")),
+        "activity_task_poller_behavior": PollerBehaviorSimpleMaximum(chosen.pop("activity_pollers")),
+        **chosen,
+    }
     if args.sticky_timeout is not None:
         options["sticky_queue_schedule_to_start_timeout"] = timedelta(seconds=args.sticky_timeout)
     return options
@@ -227,6 +249,7 @@ def build_worker(
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
     from activities.mcp import McpActivities
+    from activities.memory import MEMORY_TOOLS
     from activities.model import ModelActivities
     from activities.model_queue import ModelQueueWorker, server_rate
     from activities.notify import NotifyActivities
@@ -237,6 +260,7 @@ def build_worker(
     from infra.fingerprint import with_fingerprint
     from workflows.agent import AgentWorkflow
     from workflows.interceptors import HeartbeatTimeout, Metering, NotifyRetry
+    from workflows.memory import MemoryWorkflow
     from workflows.notify import NotifyWorkflow
     from workflows.options import model_task_queue
 
@@ -281,12 +305,12 @@ def build_worker(
     return make(
         client,
         task_queue=queue,
-        workflows=[workflow or AgentWorkflow, NotifyWorkflow],
+        workflows=[workflow or AgentWorkflow, NotifyWorkflow, MemoryWorkflow],
         activities=[
             model.call_model,  # the calls of sessions recorded before the model calls' own queue
             model.archive_records,  # the store's archive that continue-as-new writes to
             stop_calls,  # a stopping session's calls stopped where they run (activities/stopping.py)
-            *ToolActivities(tools).activities(),
+            *ToolActivities(without_memory(tools), builtin=MEMORY_TOOLS).activities(),
             *(mcp or McpActivities(load_definitions().mcp_servers)).activities(),
             *notify.activities(),
         ],
@@ -294,6 +318,13 @@ def build_worker(
         **throttles,
         **options,
     )
+
+
+def without_memory(tools: list[Tool]) -> list[Tool]:
+    """The worker's tools but any named as a memory tool (activities/memory.py): those names are taken."""
+    from activities.memory import NAMES as MEMORY_NAMES
+
+    return [t for t in tools if t.name not in MEMORY_NAMES]
 
 
 def heartbeat_timeout(text: str) -> timedelta:
@@ -339,10 +370,11 @@ def model_calls_per_second(flag: float | None) -> float | None:
 
 def check_definitions(definitions: Definitions, tools: list[Tool]) -> None:
     """Every Python tool an agent names must be one this worker runs."""
+    from activities.memory import NAMES as MEMORY_NAMES
     from infra.definitions import DefinitionError, definitions_path
     from workflows.records import WAIT_TOOLS
 
-    known = {t.name for t in tools} | set(WAIT_TOOLS)
+    known = {t.name for t in tools} | set(WAIT_TOOLS) | set(MEMORY_NAMES)
     for name, agent in definitions.agents.items():
         missing = sorted(set(agent.tools or []) - known)
         if missing:
@@ -353,7 +385,11 @@ def check_definitions(definitions: Definitions, tools: list[Tool]) -> None:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = OneLineParser(prog="python worker.py", description=(__doc__ or "").partition("\n")[0])
+    parser = OneLineParser(
+        prog="python worker.py",
+        description=(__doc__ or "").partition("\n")[0],
+        epilog=CAPACITY_HELP.format(machine=sizing.this_machine().describe()),
+    )
     parser.add_argument("--tools", default=DEFAULT_TOOLS, help="module:NAME of a list of tools")
     parser.add_argument("--sandbox", action="store_true", help="run the workflow in Temporal's sandbox")
     parser.add_argument(
@@ -479,12 +515,19 @@ async def main() -> None:
             where += (
                 f", failover watch on (worker heartbeat every {args.worker_heartbeat.total_seconds():g} s)"
             )
-    logging.info("worker on task queue %s%s", task_queue(), where)
+    logging.info("worker on task queue %s%s; %s", task_queue(), where, capacity_line(args))
     try:
         await otel.run_beside(metrics, run_until_terminated(worker, watch))
     finally:
         await mcp.aclose()  # ends the MCP servers it started
         otel.flush_traces()
+
+
+def capacity_line(args: argparse.Namespace) -> str:
+    """What the worker holds at once, as the flags and the machine made it."""
+    flags = [name for name in CAPACITY_FLAGS if getattr(args, name) is not None]
+    machine = sizing.this_machine().describe()
+    return f"capacity {machine}" + (f", flags set {', '.join(flags)}" if flags else "")
 
 
 def worker_runtime(heartbeat: timedelta) -> Runtime:

@@ -20,7 +20,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -128,6 +127,8 @@ class NotifyActivities:
             SIGNATURE_HEADER: signature(self._secret, raw),
             "User-Agent": "agent-notify/1",
         }
+        import httpx  # here, not at the top: the workflow imports this module for its references
+
         try:
             async with httpx.AsyncClient(timeout=POST_TIMEOUT, follow_redirects=False) as http:
                 answer = await http.post(url, content=raw, headers=headers)

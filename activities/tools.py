@@ -39,6 +39,8 @@ class ToolContext:
     user_id: str
     tool_use_id: str
     idempotency_key: str
+    # The memory workflow of the session's user (activities/memory.py); None without one.
+    memory_scope: str | None = None
     _beats: Heartbeats | None = field(default=None, repr=False, compare=False)
     _call: RunningCall | None = field(default=None, repr=False, compare=False)
 
@@ -211,14 +213,19 @@ async def finish_outcome(
 class ToolActivities:
     """The activities that run a worker's tools."""
 
-    def __init__(self, tools: Sequence[Tool], store: TranscriptStore | None = None):
+    def __init__(
+        self, tools: Sequence[Tool], store: TranscriptStore | None = None, builtin: Sequence[Tool] = ()
+    ):
         self._store = store or open_store()
-        self._tools = {t.name: t for t in tools}
-        if len(self._tools) != len(tools):
+        self._tools = {t.name: t for t in [*tools, *builtin]}
+        if len(self._tools) != len(tools) + len(builtin):
             raise ValueError("two tools share a name")
+        # Run here, never listed: the workflow offers them itself when a session names them
+        # (the memory tools), so the listing every session records stays as it was.
+        self._builtin = {t.name for t in builtin}
 
     def specs(self) -> list[ToolSpec]:
-        return [t.spec for t in self._tools.values()]
+        return [t.spec for t in self._tools.values() if t.name not in self._builtin]
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.describe_tools, self.check_tool_input, self.run_tool]
@@ -262,6 +269,7 @@ class ToolActivities:
                 user_id=request.user_id,
                 tool_use_id=request.tool_use_id,
                 idempotency_key=f"{request.session_id}:{request.tool_use_id}",
+                memory_scope=request.memory_scope,
                 _beats=beats,
                 _call=call,
             )

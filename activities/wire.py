@@ -306,6 +306,8 @@ class ToolRequest(BaseModel):
     name: str
     input: dict[str, Any]
     max_output: int
+    # Set for the memory tools only: the scope's workflow id (activities/memory.py).
+    memory_scope: str | None = None
 
 
 class ToolOutcome(BaseModel):

@@ -7,7 +7,11 @@ to `--out` (default docs/generated/). Then, for reference, the same contenders o
 dev server with Temporal's default settings (one session; round trips of the server
 alone on both). The economy scenario measures what a step costs in Temporal Cloud's
 billable actions and in history with a model writing at a real model's pace
-(bench/economy.py). `--scale` adds 1,000 sessions at once with a slow model. Every
+(bench/economy.py). `--scale` adds the load scenario, 1,000 sessions at once with a slow
+model. The scale scenario (`--scenarios scale`, bench/waiting.py) runs 100, 1,000 and
+10,000 sessions waiting for a person on this project's defaults (the dev server, one
+`worker.py` without flags, `api.py`), approves them all, and writes what it measured into
+docs/operations/sizing.md (with `--quick`: 20 sessions, into `--out`). Every
 process it starts is stopped by its PID at the end.
 """
 
@@ -27,7 +31,7 @@ from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import economy, probe, report, scenarios
+from bench import economy, probe, report, scenarios, waiting
 from bench.contenders import CORE, OPTIONAL, Contender, FakeModel, ProjectContender, make
 from bench.procs import ROOT, Child
 from devservers import temporal_server
@@ -44,9 +48,9 @@ def parse() -> argparse.Namespace:
     )
     parser.add_argument("--only", help="comma-separated contenders (default: all available)")
     parser.add_argument("--scenarios", default=DEFAULT_SCENARIOS,
-                        help="which scenarios to run (single, many, history, scale, economy)")  # fmt: skip
+                        help="which scenarios to run (single, many, history, load, scale, economy)")  # fmt: skip
     parser.add_argument(
-        "--scale", action="store_true", help="add the scale scenario (1,000 sessions, slow model)"
+        "--scale", action="store_true", help="add the load scenario (1,000 sessions at once, slow model)"
     )
     parser.add_argument("--server", choices=("tuned", "default"), default="tuned",
                         help="the dev server's settings for the main run (default: tuned)")  # fmt: skip
@@ -64,6 +68,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--no-stream", action="store_true",
                         help="start this project's sessions with stream=False in single, many, history and the "
                              "reference run (no CLI or API setting offers it; it measures what streaming costs)")  # fmt: skip
+    parser.add_argument("--sessions", metavar="N,N", help="the scale scenario's sizes (default 100,1000,10000; "
+                        "quick: 20); other sizes write the measured section into --out, not the docs")  # fmt: skip
     parser.add_argument("--reps", type=int, help="repetitions of the timed scenarios")
     parser.add_argument("--many-reps", type=int, help="repetitions of the many-sessions scenario")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
@@ -92,9 +98,11 @@ async def run(args: argparse.Namespace) -> Path:
         cfg = replace(cfg, single_reps=args.reps, many_reps=args.reps)
     if args.many_reps:
         cfg = replace(cfg, many_reps=args.many_reps)
+    if args.sessions:
+        cfg = replace(cfg, waiting_sizes=tuple(int(n) for n in args.sessions.split(",")))
     check_flags(args.project_flags)
-    which = {s.strip() for s in args.scenarios.split(",")} | ({"scale"} if args.scale else set())
-    known = ("single", "many", "history", "scale", "economy")
+    which = {s.strip() for s in args.scenarios.split(",")} | ({"load"} if args.scale else set())
+    known = ("single", "many", "history", "load", "scale", "economy")
     if unknown := which - set(known):
         raise SystemExit(f"unknown scenarios: {', '.join(sorted(unknown))}; choose from {', '.join(known)}")
     main_run = bool(which & {"single", "many", "history"})  # the contenders side by side, then the reference
@@ -144,14 +152,18 @@ async def run(args: argparse.Namespace) -> Path:
             log(f"history: sessions of {cfg.history_steps} steps with {cfg.history_output} character outputs")
             await scenarios.history(contenders, fake, cfg, results, log)
         _stop(contenders)
-        if "scale" in which:
-            log(f"scale: {cfg.scale_sessions} sessions of {cfg.scale_steps} steps at once, "
+        if "load" in which:
+            log(f"load: {cfg.scale_sessions} sessions of {cfg.scale_steps} steps at once, "
                 f"the model answering after {cfg.scale_delay_s:g} s")  # fmt: skip
             scale_env = {**env, "BENCH_TOOL_LOG": str(work / "tool-calls.log")}
             contenders.append(await make("project", server.address, fake.url, scale_env, work, server.pid,
                                          scenarios.SCALE_WORKER, log_name="project-scale"))  # fmt: skip
             await scenarios.scale(contenders[-1], fake, cfg, results, log, work / "tool-calls.log")
             _stop(contenders)
+        if "scale" in which:
+            await waiting.run(
+                server.address, server, fake, env, work, cfg.waiting_sizes, results.waiting, log
+            )
         if "economy" in which:
             log(f"economy: {cfg.economy_calls} model calls a session, {cfg.economy_words} words a turn at "
                 f"{cfg.economy_pace_s * 1000:g} ms a word, {cfg.economy_reps} sessions per row, one at a time")  # fmt: skip
@@ -180,6 +192,7 @@ async def run(args: argparse.Namespace) -> Path:
         + (" --quick" if args.quick else "")
         + (" --scale" if args.scale else "")
         + (f" --many-reps {args.many_reps}" if args.many_reps else "")
+        + (f" --sessions {args.sessions}" if args.sessions else "")
         + (f" --only {args.only}" if args.only else "")
         + (f" --project-flags '{args.project_flags}'" if args.project_flags else "")
         + (" --no-stream" if args.no_stream else "")
@@ -197,6 +210,10 @@ async def run(args: argparse.Namespace) -> Path:
         "versions": report.versions(),  # the measured code's commit, kept for --render
     }
     page = report.write(results, cfg, keys, args.out, meta)
+    if results.waiting:
+        own = args.quick or args.sessions
+        sizing = args.out / "sizing.md" if own else ROOT / "docs" / "operations" / "sizing.md"
+        log(f"wrote {report.write_sizing(results.waiting, meta, sizing)}")
     saved = {"config": asdict(cfg), "results": asdict(results), "keys": keys, "meta": meta}
     (work / "results.json").write_text(json.dumps(saved, default=str))
     log(f"wrote {page}")

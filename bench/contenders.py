@@ -104,6 +104,10 @@ class FakeModel:
                 "POST", "/_script", {"session": session, "turns": script_turns(session, steps, size, delay)}
             )
 
+    def set_turns(self, session: str, turns: list[dict[str, Any]]) -> None:
+        """Script one session's turns as they are."""
+        self._call("POST", "/_script", {"session": session, "turns": turns})
+
     def requests(self) -> list[dict[str, Any]]:
         """Every model request since the last reset: session, arrival time, whether it streamed."""
         return self._call("GET", "/_requests")

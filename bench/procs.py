@@ -27,7 +27,17 @@ def cpu_seconds(pid: int | None) -> float | None:
 
 
 class Child:
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path, stdin: bool = False):
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        env: dict[str, str],
+        log: Path,
+        stdin: bool = False,
+        ready_line: bool = True,
+    ):
+        """`ready_line`: the child prints its readiness on stdout (`wait_line`); without it,
+        stdout goes to the log too (nothing reads a pipe that a chatty child would fill)."""
         self.name = name
         self.log = open(log, "ab")
         self.process = subprocess.Popen(
@@ -35,7 +45,7 @@ class Child:
             cwd=ROOT,
             env=env,
             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
+            stdout=subprocess.PIPE if ready_line else self.log,
             stderr=self.log,
             start_new_session=True,
             text=True,

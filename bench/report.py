@@ -186,7 +186,7 @@ def scale_section(results: Results, cfg: Config) -> list[str]:
     sc = results.scale
     if not sc:
         return []
-    L = [f"## Scale: {sc['sessions']:,} sessions at once, {sc['steps']} steps each, the model answering after "
+    L = [f"## Load: {sc['sessions']:,} sessions at once, {sc['steps']} steps each, the model answering after "
          f"{sc['delay_s']:g} s", ""]  # fmt: skip
     L.append(
         "This project alone (tool as a regular activity), all sessions started together, every model call "
@@ -707,3 +707,78 @@ def write(results: Results, cfg: Config, keys: list[str], out: Path, meta: dict[
         "needs no separate virtualenv. Without it the harness runs the other contenders and says so.")  # fmt: skip
     page.write_text("\n".join(L) + "\n")
     return page
+
+
+# ---- the scale scenario, into docs/operations/sizing.md --------------------------------------
+
+SIZING_START = "<!-- measured: python -m bench --scenarios scale; generated, do not edit by hand -->"
+SIZING_END = "<!-- end of measured -->"
+# figure key -> (what it is, how it is written)
+WAITING_FIGURES = {
+    "start_per_s": ("sessions started a second (client library, 50 at a time)", "{:.0f}"),
+    "to_waiting_s": ("seconds from the first start until every session waits", "{:.1f}"),
+    "worker_kb_per_session": ("worker memory per waiting session, KB", "{:.0f}"),
+    "server_kb_per_session": ("dev server memory per waiting session, KB", "{:.0f}"),
+    "worker_mb_waiting": ("worker memory with all waiting, MB", "{:.0f}"),
+    "list_page_s": ("one page of GET /v1/sessions (200 rows), seconds", "{:.2f}"),
+    "approve_per_s": ("approvals a second through the API (50 at a time)", "{:.0f}"),
+    "approve_all_s": ("seconds to approve them all", "{:.1f}"),
+    "completion_p50_s": ("approval to completion, p50, seconds", "{:.1f}"),
+    "completion_p99_s": ("approval to completion, p99, seconds", "{:.1f}"),
+    "errors": ("errors", "{}"),
+}
+
+
+def _growth(sizes: list[int], values: list[float | None]) -> str:
+    """How a figure grows with the sessions, from the exponent between the smallest and the largest N."""
+    pairs = [(n, v) for n, v in zip(sizes, values, strict=True) if v is not None and v > 0]
+    if len(pairs) < 2:
+        return "one size measured"
+    (n1, v1), (n2, v2) = pairs[0], pairs[-1]
+    power = math.log(v2 / v1) / math.log(n2 / n1)
+    if abs(power) < 0.25:
+        return "flat"
+    if 0.75 <= power <= 1.25:
+        return "linear"
+    if power > 1.25:
+        return f"faster than linear (N^{power:.1f})"
+    if power > 0:
+        return f"slower than linear (N^{power:.1f})"
+    return f"falls (N^{power:.1f})"
+
+
+def sizing_section(waiting: dict[str, dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+    sizes = sorted(int(n) for n in waiting)
+    rows = [waiting[str(n)] for n in sizes]
+    cores = rows[0].get("cores")
+    L = [SIZING_START, "", "## Measured: sessions waiting for a person", "",
+         f"`{meta.get('command', 'python -m bench --scenarios scale')}` on {meta.get('date', '?')}, {cores} cores, "
+         f"load {meta.get('load_start', '?')} at the start: the dev server, one `worker.py` without flags and "
+         "`api.py` on one machine; N sessions each waiting for one approval, then all approved through the API "
+         "(bench/waiting.py).", "",
+         "| | " + " | ".join(f"N = {n:,}" for n in sizes) + " | grows |",
+         "|---|" + "---|" * len(sizes) + "---|"]  # fmt: skip
+    for key, (what, form) in WAITING_FIGURES.items():
+        values = [r.get(key) for r in rows]
+        cells = ["—" if v is None else form.format(v) for v in values]
+        numeric = [float(v) if isinstance(v, int | float) else None for v in values]
+        growth = "" if key == "errors" else _growth(sizes, numeric)
+        L.append(f"| {what} | " + " | ".join(cells) + f" | {growth} |")
+    kinds = {n: r["error_kinds"] for n, r in zip(sizes, rows, strict=True) if r.get("error_kinds")}
+    if kinds:
+        L += ["", "Errors by kind: " + "; ".join(f"N = {n:,}: {k}" for n, k in kinds.items()) + "."]
+    L += ["", SIZING_END]
+    return L
+
+
+def write_sizing(waiting: dict[str, dict[str, Any]], meta: dict[str, Any], path: Path) -> Path:
+    """The measured section of the sizing page, replaced in place (added at the end the first time)."""
+    section = "\n".join(sizing_section(waiting, meta))
+    text = path.read_text() if path.exists() else ""
+    if SIZING_START in text and SIZING_END in text:
+        head, _, rest = text.partition(SIZING_START)
+        text = head + section + rest.partition(SIZING_END)[2]
+    else:
+        text = (text.rstrip() + "\n\n" if text else "") + section + "\n"
+    path.write_text(text)
+    return path

@@ -28,6 +28,8 @@ class Config:
     scale_steps: int = 10
     scale_delay_s: float = 1.0
     scale_timeout_s: float = 1800
+    # The scale scenario (bench/waiting.py): sessions waiting for a person, then approved.
+    waiting_sizes: tuple[int, ...] = (100, 1000, 10_000)
     # With Temporal's default poll limits, the server's queues allow a burst of polls and
     # then 20 a second: a closing workflow spends some of that burst, and the next run's
     # steps show a 50 ms quantum. Every measured run starts after this pause, so each
@@ -47,7 +49,7 @@ class Config:
 # 19 s steps there, so its limit is the full mode's, not a quick one.
 QUICK = Config(single_steps=5, single_reps=1, many_sessions=10, many_steps=3, many_reps=1,
                history_steps=(5, 10), history_output=5000, timeout_s=300, settle_s=1.0,
-               scale_sessions=100, scale_steps=3, scale_delay_s=0.5, scale_timeout_s=120,
+               scale_sessions=100, scale_steps=3, scale_delay_s=0.5, scale_timeout_s=120, waiting_sizes=(20,),
                economy_calls=3, economy_words=30, economy_reps=1, economy_watchers=2)  # fmt: skip
 
 # This project's worker for the scale scenario (bench/bench_worker.py flags). Every session in
@@ -81,7 +83,9 @@ class Results:
     probe: dict[str, dict[str, float]] = field(default_factory=dict)
     # one session on a dev server with Temporal's default settings: figure -> contender -> values
     reference: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    scale: dict[str, Any] = field(default_factory=dict)
+    scale: dict[str, Any] = field(default_factory=dict)  # the load scenario's
+    # the scale scenario's: sessions (as text) -> figures (bench/waiting.py)
+    waiting: dict[str, dict[str, Any]] = field(default_factory=dict)
     # row (bench/economy.py ROWS) -> one measurement per session
     economy: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 

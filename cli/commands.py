@@ -16,21 +16,31 @@ import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from pydantic import ValidationError
-from temporalio.client import Client
 
 from cli import render
-from cli.watch import watch as follow
 from infra.connection import connect, task_queue
 from infra.errors import BadRequest, SessionExists, Unreachable
-from sessions import control, schedules, start_input, text
-from sessions.archive import whole_state
-from sessions.fork import forked_input
-from sessions.pricing import price_for
+from sessions import control
 from workflows.agent import AgentWorkflow
-from workflows.contract import CancelRequest, Decision, EventInput, SessionInput, SessionStatus, UserMessage
+from workflows.contract import (
+    CancelRequest,
+    Decision,
+    EventInput,
+    LimitDecline,
+    LimitName,
+    LimitRaise,
+    SessionInput,
+    SessionStatus,
+    UserMessage,
+)
+
+if TYPE_CHECKING:
+    from temporalio.client import Client, WorkflowHandle
+
+    from sessions.start_input import NewAttachment
 
 EXIT_NOT_COMPLETED = 2
 UserError = BadRequest  # a mistake the person can fix; printed as one line
@@ -39,6 +49,17 @@ UserError = BadRequest  # a mistake the person can fix; printed as one line
 def ui_url(session_id: str, namespace: str = "default") -> str:
     base = os.environ.get("TEMPORAL_UI_URL", "http://localhost:8233").rstrip("/")
     return f"{base}/namespaces/{namespace}/workflows/{session_id}"
+
+
+# What only some commands use is imported by them: a command that needs the client alone
+# (status, approve, cancel, list, ...) loads no follower, start-input checks or schedules.
+
+
+async def follow(client: Client, handle: WorkflowHandle, url: str, **options: Any) -> int:
+    """`watch`: what happened, then live until the end (cli/watch.py)."""
+    from cli.watch import watch
+
+    return await watch(client, handle, url, **options)
 
 
 async def start(client: Client, args: argparse.Namespace) -> int:
@@ -68,6 +89,8 @@ async def with_search_attributes(client: Client, session_input: SessionInput) ->
 def resolve_start(args: argparse.Namespace) -> SessionInput:
     """The start input from `start`'s (or `schedule create`'s) arguments (`sessions.start_input`),
     before connecting: a mistake in them is reported whether or not Temporal can be reached."""
+    from sessions import start_input
+
     goal = read_goal(args)
     limits = {
         "max_steps": args.max_steps,
@@ -89,6 +112,7 @@ def resolve_start(args: argparse.Namespace) -> SessionInput:
         "summarize_dropped": args.summarize_dropped or None,
         "idle_timeout_seconds": args.idle_timeout,
         "notify": args.notify,
+        "on_limit": args.on_limit,
     }
     if args.output_schema is not None:
         fields["output_schema"] = start_input.read_schema_file(args.output_schema)
@@ -114,11 +138,15 @@ def resolve_start(args: argparse.Namespace) -> SessionInput:
 
 
 async def list_agents(client: Client | None, args: argparse.Namespace) -> int:
+    from sessions import start_input
+
     render.print_agents(start_input.describe(start_input.read_definitions()), as_json=args.json)
     return 0
 
 
-def read_attachment(path: Path) -> start_input.NewAttachment:
+def read_attachment(path: Path) -> NewAttachment:
+    from sessions import start_input
+
     try:
         return start_input.NewAttachment(name=path.name, data=path.read_bytes())
     except OSError as err:
@@ -199,8 +227,13 @@ async def decide(client: Client, args: argparse.Namespace) -> int:
 
 
 async def fork(client: Client, args: argparse.Namespace) -> int:
+    from sessions import start_input
+    from sessions.archive import whole_state
+    from sessions.fork import forked_input
+    from sessions.pricing import price_for
+
     source = control.handle(client, args.session)
-    state = await whole_state(args.session, await control.query(source, AgentWorkflow.state))
+    state = await whole_state(args.session, await control.state(client, args.session))
     started, _ = await control.start_input(client, source)
     if args.model is not None:
         start_input.check_model(args.model)
@@ -224,6 +257,8 @@ async def fork(client: Client, args: argparse.Namespace) -> int:
 
 
 async def schedule(client: Client, args: argparse.Namespace) -> int:
+    from sessions import schedules, text
+
     if args.schedule_command == "create":
         session_input = await with_search_attributes(client, args.session_input)
         every = args.every_delta
@@ -241,11 +276,14 @@ async def schedule(client: Client, args: argparse.Namespace) -> int:
 
 async def send(client: Client, args: argparse.Namespace) -> int:
     try:
-        message = UserMessage(text=args.text)
+        message = UserMessage(text=args.text, mode=args.mode)
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
-    position = await control.act(client, args.session, AgentWorkflow.send_message, message)
-    print(f"message {position} queued for {args.session}")
+    message_id = await control.act(client, args.session, AgentWorkflow.send_message, message)
+    if args.mode == "steer" or (args.mode is None and not (await control.status(client, args.session)).chat):
+        print(f"message {message_id} sent to {args.session}: the model gets it at its next call")
+    else:
+        print(f"message {message_id} queued for {args.session}")
     return 0
 
 
@@ -278,6 +316,42 @@ async def steer(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+async def raise_limit(client: Client, args: argparse.Namespace) -> int:
+    """A new limit (`--max-steps`, `--token-budget`, `--cost-budget`), or `--decline`."""
+    try:
+        if args.decline:
+            decline = LimitDecline(reason=args.reason, **deciders(args))
+            print(await control.act(client, args.session, AgentWorkflow.decline_limit, decline))
+            return 0
+        if args.reason is not None:
+            raise UserError("--reason goes with --decline")
+        given: list[tuple[LimitName, float | None]] = [
+            ("max_steps", args.max_steps), ("token_budget", args.token_budget), ("cost_budget", args.cost_budget)
+        ]  # fmt: skip
+        name, value = next(pair for pair in given if pair[1] is not None)
+        request = LimitRaise(name=name, value=value or 0, **deciders(args))
+    except ValidationError as err:
+        raise UserError(describe_validation(err)) from None
+    print(await control.act(client, args.session, AgentWorkflow.raise_limit, request))
+    return 0
+
+
+async def memory(client: Client, args: argparse.Namespace) -> int:
+    """memory list | forget KEY | clear, in one user's scope (`--user`, `--agent`)."""
+    from sessions import memory as memories
+
+    if args.memory_command == "list":
+        render.print_memories(await memories.listing(client, args.user, args.agent), as_json=args.json)
+    elif args.memory_command == "forget":
+        gone = await memories.forget(client, args.user, args.agent, args.key)
+        if not gone:
+            raise UserError(f"no memory {args.key!r} for {args.user}; see: python client.py memory list")
+        print(f"forgot {args.key}")
+    else:
+        print(f"forgot {await memories.clear(client, args.user, args.agent)} memories of {args.user}")
+    return 0
+
+
 async def watch(client: Client, args: argparse.Namespace) -> int:
     handle = control.handle(client, args.session)
     await control.describe(handle)
@@ -287,8 +361,10 @@ async def watch(client: Client, args: argparse.Namespace) -> int:
 
 
 async def list_sessions(client: Client, args: argparse.Namespace) -> int:
-    rows = await control.list_sessions(client, status=args.status, user=args.user, limit=args.limit)
-    render.print_sessions(rows, as_json=args.json)
+    from sessions import listing
+
+    found = await listing.rows(client, listing.Filter(args.status, args.user), limit=args.limit)
+    render.print_sessions([row.summary() for row in found], as_json=args.json)
     return 0
 
 
@@ -312,6 +388,8 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], Awaitable[int]]] = {
     "send": send,
     "close": close,
     "event": event,
+    "raise": raise_limit,
+    "memory": memory,
     "export": export,
     "list": list_sessions,
     "agents": list_agents,
@@ -329,6 +407,8 @@ async def run(args: argparse.Namespace) -> int:
     if args.command == "start" or (args.command == "schedule" and args.schedule_command == "create"):
         args.session_input = resolve_start(args)
         if args.command == "schedule":
+            from sessions import schedules
+
             args.every_delta = schedules.parse_every(args.every) if args.every else None
     try:
         client = await connect()

@@ -44,7 +44,15 @@ def print_status(snapshot: SessionStatus, link: str) -> None:
     if snapshot.wake_at is not None:
         print_sleeping(snapshot.wake_at, "")
     for pending in snapshot.pending_approvals:
-        print_approval_hint(snapshot.session_id, pending.tool_use_id, pending.name, pending.input)
+        print_approval_hint(
+            snapshot.session_id, pending.tool_use_id, pending.name, pending.input, pending.reason
+        )
+    if snapshot.limit_reached is not None and snapshot.status == "waiting_budget":
+        reached = snapshot.limit_reached
+        print_limit_hint(snapshot.session_id, reached.name, reached.limit, reached.used)
+    for repeat in snapshot.repeats[:3]:
+        kind = "the same input" if repeat.kind == "input" else "the same output in a row"
+        console.print(f"[dim]repeats: {escape(repeat.name)} {repeat.count} times with {kind}[/]")
     if snapshot.stuck is not None:
         print_stuck(snapshot.stuck)
     if snapshot.error:
@@ -105,7 +113,7 @@ def print_sessions(rows: list[dict[str, Any]], as_json: bool) -> None:
         for row in rows:
             print(json.dumps(row))
         return
-    cells = [[str(row[k]) if row.get(k) is not None else "-" for k in LIST_COLUMNS] for row in rows]
+    cells = [_cells(row) for row in rows]
     if not console.is_terminal:
         for line in [list(HEADINGS), *cells]:
             print("\t".join(line))
@@ -117,6 +125,23 @@ def print_sessions(rows: list[dict[str, Any]], as_json: bool) -> None:
     for line in cells:
         table.add_row(*line)
     console.print(table)
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    """A row's cells; a row read from the index alone (its session not replayable here) shows
+    its figures with the time they were indexed, and `?` for what the index does not hold."""
+    cells = [str(row[k]) if row.get(k) is not None else "-" for k in LIST_COLUMNS]
+    if row.get("unavailable"):
+        at = (
+            datetime.fromisoformat(row["as_of"]).astimezone(UTC).strftime("%H:%M:%S")
+            if row.get("as_of")
+            else "?"
+        )
+        for column in ("steps", "tokens", "pending_approvals"):
+            i = LIST_COLUMNS.index(column)
+            cells[i] = f"{cells[i]} (as of {at})"
+        cells[LIST_COLUMNS.index("actions")] = "?"
+    return cells
 
 
 def print_stuck(stuck: StuckTask) -> None:
@@ -135,10 +160,21 @@ def _totals(usage: dict[str, Any], cost: float | None) -> str:
     return text + (f" · ${cost:.4f}" if cost is not None else "")
 
 
-def print_approval_hint(session_id: str, tool_use_id: str, name: str, arguments: Any) -> None:
+def print_approval_hint(
+    session_id: str, tool_use_id: str, name: str, arguments: Any, reason: str | None = None
+) -> None:
     console.print(f"[yellow]⏸ waiting for approval:[/] {name} {escape(shorten(arguments, 200))}")
+    if reason:
+        console.print(f"   [yellow]because[/] {escape(reason)}")
     console.print(f"   approve: python client.py approve {session_id} {tool_use_id}")
     console.print(f'   deny:    python client.py deny {session_id} {tool_use_id} --reason "..."')
+
+
+def print_limit_hint(session_id: str, name: str, limit: float, used: float) -> None:
+    flag = "--" + name.replace("_", "-")
+    console.print(f"[yellow]⏸ waiting at {name}:[/] {used:g} used of {limit:g}")
+    console.print(f"   raise:   python client.py raise {session_id} {flag} NEW")
+    console.print(f"   decline: python client.py raise {session_id} --decline")
 
 
 def print_event_hint(session_id: str, name: str, until: datetime) -> None:
@@ -188,3 +224,15 @@ def print_schedules(rows: list[dict[str, Any]], as_json: bool) -> None:
         )
         for session in row["recent_sessions"][-3:]:
             console.print(f"  {escape(session)}")
+
+
+def print_memories(found: list[Any], as_json: bool) -> None:
+    """A scope's memories: `[key] text`, newest first, or one JSON object per line."""
+    if as_json:
+        for memory in found:
+            print(memory.model_dump_json())
+        return
+    if not found:
+        console.print("[dim]no memories[/]")
+    for memory in found:
+        console.print(f"[bold]{escape(memory.key)}[/] [dim]{_at(memory.at)}[/] {escape(memory.text)}")

@@ -33,6 +33,7 @@ from cli.render import (
     console,
     print_approval_hint,
     print_event_hint,
+    print_limit_hint,
     print_sleeping,
     print_stuck,
 )
@@ -165,7 +166,7 @@ class Watcher:
         console.print(f"    {mark} {event.name}{state}{took} {escape(shorten(event.output or '', 160))}")
 
     def _on_approval(self, event: ev.ApprovalRequested) -> None:
-        print_approval_hint(self.handle.id, event.tool_use_id, event.name, event.input)
+        print_approval_hint(self.handle.id, event.tool_use_id, event.name, event.input, event.reason)
         if self.prompt and event.tool_use_id not in self.asked:
             self.asked.add(event.tool_use_id)
             self.prompts.append(asyncio.create_task(self._ask(event)))
@@ -188,11 +189,21 @@ class Watcher:
     def _on_event_received(self, event: ev.EventReceived) -> None:
         console.print(f"  [green]event[/] {escape(event.name)} received")
 
+    def _on_limit_reached(self, event: ev.LimitWait) -> None:
+        print_limit_hint(self.handle.id, event.name, event.limit, event.used)
+
+    def _on_limit_raised(self, event: ev.LimitRaised) -> None:
+        who = f" by {escape(event.decided_by)}" if event.decided_by else ""
+        console.print(f"  [green]{escape(event.name)} raised[/] to {event.value:g}{who}")
+
     def _on_answered(self, event: ev.Answered) -> None:
         console.print(f'[dim]● waiting for the next message: python client.py send {self.handle.id} "..."[/]')
 
     def _on_user_message(self, event: ev.UserMessageTaken) -> None:
         console.print(f"[bold]you ({event.turn})[/] {escape(shorten(event.text, 400))}")
+
+    def _on_message_delivered(self, event: ev.MessageDelivered) -> None:
+        console.print(f"[dim]● message {event.id} delivered to the model (step {event.step})[/]")
 
     def _on_continued(self, event: ev.ContinuedAsNew) -> None:
         console.print(f"[dim]● continued as new (run {event.run}, after {event.steps} steps)[/]")

@@ -60,6 +60,14 @@ class McpServer(BaseModel):
         return self
 
 
+class LoopPolicy(BaseModel):
+    """`loop_policy = {after = N, action = "note" | "ask" | "stop"}` (workflows/loops.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+    after: int = Field(ge=2, le=1000)
+    action: Literal["note", "ask", "stop"]
+
+
 class AgentDefinition(BaseModel):
     model_config = ConfigDict(extra="forbid")
     description: str = Field(default="", max_length=2000)
@@ -88,6 +96,15 @@ class AgentDefinition(BaseModel):
     context_tokens: int | None = Field(default=None, ge=1000)
     # Seconds a call may wait for a decision before it is denied; None: it waits.
     approval_timeout: float | None = Field(default=None, gt=0)
+    # Whose memories `remember`, `recall` and `forget` reach: the user's for this agent, or
+    # the user's own (shared by the agents that say "user"); and how many of the most
+    # relevant go into the system prompt at start.
+    memory: Literal["agent", "user"] | None = None
+    memory_prompt: int | None = Field(default=None, ge=0, le=50)
+    # What a repeated call does (None: the model is told at the third identical call).
+    loop_policy: LoopPolicy | None = None
+    # At max_steps, token_budget or cost_budget: stop, or wait for a person to raise it.
+    on_limit: Literal["stop", "ask"] | None = None
     # How the model samples (sessions/start_input.py checks them against the model).
     thinking_budget: int | Literal["adaptive"] | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)

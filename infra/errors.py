@@ -8,6 +8,7 @@ AgentError
 ├── SessionExists      the id is taken
 ├── SessionEnded       the session has ended; it takes no more decisions
 ├── NoWorker           no worker answered in time
+├── Busy               a read did not get through in time; retry after `retry_after` seconds
 ├── Rejected           the session refused an action (its validator said why)
 │   └── InvalidInput   ... because a payload broke a schema (an edited tool input)
 ├── BadRequest         the caller's own mistake (arguments, files, payloads)
@@ -37,6 +38,13 @@ class SessionNotFound(AgentError):
         self.session_id = session_id
 
 
+class MemoryNotFound(SessionNotFound):
+    """No memory by that key in the scope (a 404, as an unknown session is)."""
+
+    def __init__(self, key: str):
+        AgentError.__init__(self, f"no memory {key!r}")
+
+
 class SessionExists(AgentError):
     def __init__(self, session_id: str):
         super().__init__(f"session {session_id} already exists")
@@ -49,6 +57,15 @@ class SessionEnded(AgentError):
 
 class NoWorker(AgentError):
     pass
+
+
+class Busy(AgentError):
+    """A read that Temporal (or the session's worker) did not answer within the caller's
+    deadline, retried meanwhile: busy, not broken; worth asking again after `retry_after` s."""
+
+    def __init__(self, message: str, retry_after: int = 2):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class Rejected(AgentError):

@@ -10,14 +10,15 @@ worker that replays a session after a crash adds no duplicate span.
 
 Metrics go through the Temporal runtime of the worker's client: the SDK's own metrics
 and ours (`activity.metric_meter()`, `workflow.metric_meter()`, the latter silent on
-replay) land in one `MetricBuffer`, which `MetricsExporter` drains into an OpenTelemetry
-`MeterProvider` with a Prometheus reader (`--metrics-port`) and/or an OTLP reader
-(`OTEL_METRICS_EXPORTER=otlp`, or an OTLP endpoint unless `OTEL_METRICS_EXPORTER=none`).
+replay) land in one `MetricBuffer`, which a thread drains (infra/metric_drain.py) into an
+OpenTelemetry `MeterProvider` with a Prometheus reader (`--metrics-port`) and/or an OTLP
+reader (`OTEL_METRICS_EXPORTER=otlp`, or an OTLP endpoint unless `OTEL_METRICS_EXPORTER=none`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +31,12 @@ if TYPE_CHECKING:
 
 SERVICE_NAME = "agent-loop"
 DEFAULT_PROTOCOL = "http/protobuf"
-METRIC_BUFFER_SIZE = 10_000
+# Metric points the SDK's buffer holds between two drains (infra/metric_drain.py: every
+# 0.1 s, on a thread of its own). A worker records about 20 points per workflow task, so a
+# few thousand tasks a second leave it nearly empty; the 10,000 it had filled during a
+# 1,000-row list. Each point held costs about 100 bytes: 10 MB, allocated at start.
+METRIC_BUFFER_SIZE = 100_000
+METER_NAME = "agent-loop"
 OTLP_METRICS_INTERVAL_MS = 10_000
 
 _installed: Any = None  # the tracer provider, once per process: OpenTelemetry allows one
@@ -168,7 +174,8 @@ def metrics(
     """The metrics pipeline the worker was asked for, or None: a Prometheus endpoint at
     `prometheus` (host, port), OTLP per the environment, and any extra `readers` (tests).
     `worker_heartbeat` (a timedelta) is the runtime's worker heartbeat interval (default:
-    the SDK's)."""
+    the SDK's). Core's own log lines go through Python logging (`temporalio.core`), where a
+    full metrics buffer is counted instead of logged line by line (infra/metric_drain.py)."""
     readers = list(readers)
     if prometheus is not None:
         readers.append(_prometheus_reader(*prometheus))
@@ -177,43 +184,31 @@ def metrics(
     if not readers:
         return None
     from opentelemetry.sdk.metrics import MeterProvider
-    from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
+    from temporalio.runtime import (
+        LogForwardingConfig,
+        LoggingConfig,
+        MetricBuffer,
+        Runtime,
+        TelemetryConfig,
+        TelemetryFilter,
+    )
 
+    from infra.metric_drain import CORE_LOGGER, CoreLogFilter, Losses, MetricDrain
+
+    provider = MeterProvider(metric_readers=readers, resource=_resource())
+    losses = Losses(provider.get_meter(METER_NAME))
+    core_log = logging.getLogger(CORE_LOGGER)
+    for old in [f for f in core_log.filters if isinstance(f, CoreLogFilter)]:
+        core_log.removeFilter(old)  # a pipeline built before in this process (tests)
+    core_log.addFilter(CoreLogFilter(losses))
+    logging_config = LoggingConfig(
+        filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),  # the SDK's default levels
+        forwarding=LogForwardingConfig(logger=core_log, append_target_to_name=False),
+    )
     buffer = MetricBuffer(METRIC_BUFFER_SIZE)
     heartbeat = {"worker_heartbeat_interval": worker_heartbeat} if worker_heartbeat is not None else {}
-    runtime = Runtime(telemetry=TelemetryConfig(metrics=buffer), **heartbeat)
-    provider = MeterProvider(metric_readers=readers, resource=_resource())
-    return Metrics(runtime, _exporter_class()(buffer, provider, meter_name="agent-loop"), provider)
-
-
-def _exporter_class() -> type:
-    from temporalio.contrib.opentelemetry import MetricsExporter
-
-    class Exporter(MetricsExporter):
-        """The contrib's exporter, with its instruments found by name.
-
-        It caches instruments and attribute sets by `id()` without keeping the objects:
-        once the SDK frees one (our instruments and attribute sets are made per activity
-        and per workflow), a new object can get the same id and be recorded as the old
-        one (seen: model calls counted as sessions started). Converting a few attributes
-        per update costs little; a wrong series costs an alert."""
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._by_name: dict[tuple[str, int], Any] = {}
-
-        def _get_or_create_instrument(self, metric: Any) -> Any:
-            key = (metric.name, metric.kind)
-            found = self._by_name.get(key)
-            if found is None:
-                self._instruments.pop(id(metric), None)  # a stale entry under a reused id
-                found = self._by_name[key] = super()._get_or_create_instrument(metric)
-            return found
-
-        def _get_or_create_attributes(self, attributes: Any) -> Any:
-            return dict(attributes)
-
-    return Exporter
+    runtime = Runtime(telemetry=TelemetryConfig(metrics=buffer, logging=logging_config), **heartbeat)
+    return Metrics(runtime, MetricDrain(buffer, provider, losses, meter_name=METER_NAME), provider)
 
 
 def _prometheus_reader(host: str, port: int) -> Any:

@@ -13,6 +13,8 @@ the session's status whenever it is read, so tasks survive a restart of `api.py`
     stuck (and anything new)
     waiting_approval                            input-required, with a data part
                                                 {"pending_approvals": [...]} in the status message
+    waiting_budget                              input-required, with a data part
+                                                {"limit_reached": {...}} in the status message
     waiting_input (a chat answered), completed  completed, the answer as the artifact `answer`
     stopped, failed                             failed, with the reason
     cancelled                                   canceled
@@ -33,17 +35,19 @@ Another user's task is not found, as in the HTTP API.
 from __future__ import annotations
 
 import base64
+import json
 import re
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from a2a.auth.user import User as A2AUser
+from a2a.compat.v0_3.conversions import to_compat_agent_card
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler, validate_request_params
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.types.a2a_pb2 import (
@@ -67,6 +71,7 @@ from a2a.types.a2a_pb2 import (
     Role,
     SecurityRequirement,
     SecurityScheme,
+    SendMessageConfiguration,
     SendMessageRequest,
     StringList,
     SubscribeToTaskRequest,
@@ -77,7 +82,12 @@ from a2a.types.a2a_pb2 import (
     TaskStatus,
     TaskStatusUpdateEvent,
 )
-from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0
+from a2a.utils.constants import (
+    AGENT_CARD_WELL_KNOWN_PATH,
+    PROTOCOL_VERSION_0_3,
+    PROTOCOL_VERSION_1_0,
+    VERSION_HEADER,
+)
 from a2a.utils.errors import (
     A2AError,
     ExtendedAgentCardNotConfiguredError,
@@ -88,7 +98,7 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from a2a.utils.task import apply_history_length
+from a2a.utils.task import apply_history_length, validate_page_size
 from fastapi import FastAPI
 from google.protobuf import struct_pb2
 from google.protobuf.json_format import MessageToDict, ParseDict
@@ -98,13 +108,14 @@ from starlette.routing import Route
 from temporalio.service import RPCError
 
 from activities.wire import TextBlock, TextDelta
-from infra.errors import AgentError, BadRequest, InvalidInput, SessionExists, SessionNotFound
+from infra import project
+from infra.errors import AgentError, BadRequest, Busy, InvalidInput, NoWorker, SessionExists, SessionNotFound
 from service import steering
 from service.auth import User, Users, bearer_user
-from service.http_errors import error_response
+from service.http_errors import RETRY_AFTER, error_response
 from service.schemas import START_CHOICES
 from service.steering import Sessions
-from sessions import control
+from sessions import control, listing
 from sessions.text import shorten
 from workflows.agent import AgentWorkflow
 from workflows.contract import SessionHistory, SessionStatus
@@ -114,6 +125,24 @@ SCOPE_USER = "agent.user"
 BLOCKING_SECONDS = 60.0  # a blocking send answers with the task's state by then
 CANCEL_SECONDS = 30.0  # how long a cancel waits for the session to end cancelled
 STATUS_EVERY = 5.0  # seconds between status reads while no event arrives
+LIST_PAGE_SIZE = 50  # ListTasks' page without a pageSize (the spec's default)
+STATE_NAMES = frozenset(TaskState.keys())
+# The sessions whose latest task is in a state, by their status (as `task_of` decides it);
+# a latest task is never submitted, rejected or waiting for authentication.
+_ENDED_AS = {
+    TaskState.TASK_STATE_COMPLETED: ("completed", "waiting_input"),
+    TaskState.TASK_STATE_FAILED: ("stopped", "failed"),
+    TaskState.TASK_STATE_CANCELED: ("cancelled",),
+    TaskState.TASK_STATE_INPUT_REQUIRED: ("waiting_approval",),
+}
+NONE_LATEST = listing.Filter(among=("-",))
+LATEST_STATES: dict[int, listing.Filter] = {
+    **{state: listing.Filter(among=statuses) for state, statuses in _ENDED_AS.items()},
+    TaskState.TASK_STATE_WORKING: listing.Filter(outside=tuple(s for v in _ENDED_AS.values() for s in v)),
+    TaskState.TASK_STATE_SUBMITTED: NONE_LATEST,
+    TaskState.TASK_STATE_REJECTED: NONE_LATEST,
+    TaskState.TASK_STATE_AUTH_REQUIRED: NONE_LATEST,
+}
 ANSWER = "answer"  # the artifact holding the session's answer to a turn
 TASK_ID = re.compile(r"^(?P<session>.+)\.turn-(?P<turn>[1-9][0-9]{0,8})$")
 TERMINAL = {TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED}
@@ -192,6 +221,13 @@ def task_of(status: SessionStatus, turn: int, history: SessionHistory | None = N
             '{"approve": TOOL_USE_ID} (optionally "input": {...}) or {"deny": TOOL_USE_ID, "reason": "..."}'
         )
         data = {"pending_approvals": [p.model_dump(mode="json") for p in status.pending_approvals]}
+    elif status.status == "waiting_budget" and status.limit_reached is not None:
+        state, reached = TaskState.TASK_STATE_INPUT_REQUIRED, status.limit_reached
+        text = (
+            f"waiting at {reached.name}: {reached.used:g} used of {reached.limit:g}; raise it "
+            f"(POST /v1/sessions/{status.session_id}/limits, or client.py raise) or decline"
+        )
+        data = {"limit_reached": reached.model_dump(mode="json")}
     else:
         state = TaskState.TASK_STATE_WORKING
         text = f"stuck: {status.stuck.message}" if status.stuck else status.status.replace("_", " ")
@@ -235,10 +271,30 @@ def _whole(value: Any) -> Any:
     return value
 
 
+class ServerBusy(A2AError):
+    """A read that did not get through in time: the endpoint answers it with HTTP 503,
+    `Retry-After` and JSON-RPC code -32000 (`rpc`), not as an internal error."""
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message, {"retry_after": retry_after})
+        self.retry_after = retry_after
+        if (waiting := _BUSY.get()) is not None:
+            waiting.append(retry_after)
+
+
+# The `retry_after` of each ServerBusy raised for the request being answered (see `rpc`).
+_BUSY: ContextVar[list[int] | None] = ContextVar("a2a_busy", default=None)
+BUSY_CODE = -32000  # JSON-RPC's range for a server's own errors
+
+
 def _a2a_error(err: AgentError | RPCError) -> A2AError:
     """The project's errors in A2A's terms, with their one line."""
+    if isinstance(err, Busy):
+        return ServerBusy(str(err), err.retry_after)
+    if isinstance(err, NoWorker):
+        return ServerBusy(str(err), RETRY_AFTER)
     if isinstance(err, RPCError):
-        return InternalError(message=f"Temporal answered: {err.message}")
+        return ServerBusy(f"busy: Temporal answered: {err.message}; retry in {RETRY_AFTER} s", RETRY_AFTER)
     if isinstance(err, SessionNotFound):
         return TaskNotFoundError(message=str(err))
     if isinstance(err, BadRequest | InvalidInput | SessionExists):
@@ -371,39 +427,75 @@ class SessionTasks(RequestHandler):
 
     @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        _check_history_length(params)
         task = await self._task(_user(context), TaskRef.parse(params.id))
         return apply_history_length(task, params)
 
     @validate_request_params
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
-        """A context's tasks, every turn; without one, the latest task of each session the
-        user may see (newest first)."""
-        user, sessions = _user(context), self.sessions_of()
-        found: list[Task] = []
+        """A context's tasks (its turns, first first); without one, the latest task of each
+        session the user may see, newest first. A page at a time, under an opaque token made
+        for this filter and user; `totalSize` counts every task the filter finds."""
+        _check_history_length(params)
+        size = params.page_size if params.HasField("page_size") else LIST_PAGE_SIZE
+        validate_page_size(size)
+        if params.status not in TaskState.values():
+            raise InvalidParamsError(message=f"unknown task state {params.status}")
+        user = _user(context)
         with _errors():
             if params.context_id:
-                status = await self._status(user, TaskRef(params.context_id, 1))
-                history = await control.history(sessions.client, params.context_id)
-                found = [
-                    task_of(status, n, history)
-                    for n in range(1, status.user_turns + status.queued_messages + 1)
-                ]
+                found, next_token, total = await self._turns(user, params, size)
             else:
-                limit = params.page_size if params.HasField("page_size") and params.page_size > 0 else 50
-                for row in await sessions.owners.listing(user, None, min(limit, 100)):
-                    try:
-                        status = SessionStatus.model_validate(row)
-                    except ValueError:
-                        continue  # a session that did not answer: no status to derive a task from
-                    found.append(task_of(status, status.user_turns))
-        if params.status:
-            found = [t for t in found if t.status.state == params.status]
+                found, next_token, total = await self._latest(user, params, size)
         for task in found:
             if not params.include_artifacts:
                 task.ClearField("artifacts")
-            if params.HasField("history_length"):
-                task.CopyFrom(apply_history_length(task, params))
-        return ListTasksResponse(tasks=found, page_size=len(found), total_size=len(found))
+            task.CopyFrom(apply_history_length(task, params))
+        return ListTasksResponse(
+            tasks=found, next_page_token=next_token or "", page_size=size, total_size=total
+        )
+
+    async def _turns(
+        self, user: User, params: ListTasksRequest, size: int
+    ) -> tuple[list[Task], str | None, int]:
+        """A page of a context's tasks; none for a context no session of this user has."""
+        sessions = self.sessions_of()
+        made_for = {
+            "list": "a2a-context",
+            "context": params.context_id,
+            "state": params.status,
+            "user": user.name,
+        }
+        start = (
+            _position(sessions.owners.tokens.open(params.page_token, made_for)) if params.page_token else 0
+        )
+        try:
+            status = await sessions.owners.status(user, params.context_id)
+        except SessionNotFound:
+            return [], None, 0
+        history = await control.history(sessions.client, params.context_id)
+        every = [
+            task_of(status, n, history) for n in range(1, status.user_turns + status.queued_messages + 1)
+        ]
+        every = [t for t in every if not params.status or t.status.state == params.status]
+        more = start + size < len(every)
+        next_token = sessions.owners.tokens.seal(str(start + size).encode(), made_for) if more else None
+        return every[start : start + size], next_token, len(every)
+
+    async def _latest(
+        self, user: User, params: ListTasksRequest, size: int
+    ) -> tuple[list[Task], str | None, int]:
+        """A page of the latest task of each session the user may see, with the state asked for."""
+        owners = self.sessions_of().owners
+        which = LATEST_STATES.get(params.status, listing.Filter()) if params.status else listing.Filter()
+        if which is NONE_LATEST:
+            return [], None, 0
+        made_for = {"list": "a2a", "state": params.status, "user": user.name}
+        rows, next_token = await owners.page(user, which, size, params.page_token or None, made_for)
+        found = [task_of(row.found, row.found.user_turns) for row in rows if row.found is not None]
+        found = [t for t in found if not params.status or t.status.state == params.status]
+        total = await listing.count(owners.client, owners.scoped(user, which))
+        return found, next_token, total
 
     # ---- sending ---------------------------------------------------------------------
 
@@ -430,6 +522,15 @@ class SessionTasks(RequestHandler):
             except SessionNotFound:
                 if ref is not None or decisions:
                     raise TaskNotFoundError(message=f"no task {ref.id if ref else session_id!r}") from None
+        if (
+            ref is not None
+            and status is not None
+            and (ended := task_of(status, ref.turn)).status.state in TERMINAL
+        ):
+            raise UnsupportedOperationError(
+                message=f"task {ref.id} has ended ({TaskState.Name(ended.status.state).removeprefix('TASK_STATE_').lower()}): "
+                f"it takes no more messages; send the next one with contextId {ref.session_id} only"
+            )
         if decisions:
             if status is None or session_id is None:
                 raise InvalidParamsError(
@@ -490,6 +591,7 @@ class SessionTasks(RequestHandler):
     @validate_request_params
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         user = _user(context)
+        _check_history_length(params.configuration)
         with _errors():
             ref, status = await self._deliver(params, user)
             if not params.configuration.return_immediately:
@@ -503,6 +605,7 @@ class SessionTasks(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Task | TaskStatusUpdateEvent | TaskArtifactUpdateEvent]:
         user = _user(context)
+        _check_history_length(params.configuration)
         with _errors():
             ref, status = await self._deliver(params, user)
         async for event in self._stream(user, ref, status):
@@ -578,6 +681,45 @@ class SessionTasks(RequestHandler):
         raise ExtendedAgentCardNotConfiguredError
 
 
+async def _unknown_state(request: Request) -> Response | None:
+    """-32602 for a ListTasks whose `status` names no task state: the SDK parses unknown enum
+    names as unset (forward compatibility), which would list every task instead."""
+    try:
+        body = await request.json()  # Starlette keeps it for the dispatcher
+    except ValueError:
+        return None
+    params = body.get("params") if isinstance(body, dict) and body.get("method") == "ListTasks" else None
+    state = params.get("status") if isinstance(params, dict) else None
+    if not isinstance(state, str) or state in STATE_NAMES:
+        return None
+    request_id = body.get("id")
+    return JSONResponse({
+        "jsonrpc": "2.0", "id": request_id if isinstance(request_id, str | int) else None,
+        "error": {"code": -32602, "message": f"unknown task state {state!r}"},
+    })  # fmt: skip
+
+
+def _busy(response: JSONResponse, retry_after: int) -> Response:
+    """A JSON-RPC error answer for a read that did not get through in time: 503, Retry-After."""
+    document = json.loads(bytes(response.body))
+    error = document.get("error") if isinstance(document, dict) else None
+    if not isinstance(error, dict):
+        return response
+    error["code"] = BUSY_CODE
+    return JSONResponse(document, status_code=503, headers={"Retry-After": str(retry_after)})
+
+
+def _position(sealed: bytes) -> int:
+    """The offset a context's page token names (the token is ours: sealed, made for it)."""
+    return int(sealed.decode())
+
+
+def _check_history_length(params: GetTaskRequest | ListTasksRequest | SendMessageConfiguration) -> None:
+    """`historyLength` counts messages: a negative one is invalid params (-32602)."""
+    if params.HasField("history_length") and params.history_length < 0:
+        raise InvalidParamsError(message=f"historyLength must be 0 or more, not {params.history_length}")
+
+
 def _metadata(metadata: struct_pb2.Struct) -> dict[str, Any]:
     return MessageToDict(metadata) if metadata.fields else {}
 
@@ -619,7 +761,7 @@ def agent_card(agents: list[dict[str, Any]]) -> AgentCard:
             "is one task. A tool call waiting for approval makes the task input-required: reply with a "
             'data part {"approve": TOOL_USE_ID} or {"deny": TOOL_USE_ID, "reason": "..."}.'
         ),
-        version="1",
+        version=project.version(),
         supported_interfaces=[
             AgentInterface(url=PATH, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_1_0),
             AgentInterface(url=PATH, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_0_3),
@@ -639,15 +781,26 @@ def agent_card(agents: list[dict[str, Any]]) -> AgentCard:
     )
 
 
-def at_url(card: dict[str, Any], base_url: str) -> dict[str, Any]:
-    """The card (as JSON) with its endpoint at `base_url` (where the caller reached the service)."""
-    url = base_url.rstrip("/") + PATH
-    interfaces = [{**i, "url": url} for i in card["supportedInterfaces"]]
-    return {
-        **card,
-        "supportedInterfaces": interfaces,
-        **({"url": url} if "url" in card else {}),
-    }  # `url`: 0.3's
+def at_url(card: AgentCard, base_url: str) -> AgentCard:
+    """The card with its endpoint at `base_url` (the public URL, or where the caller reached the service)."""
+    found = AgentCard()
+    found.CopyFrom(card)
+    for interface in found.supported_interfaces:
+        interface.url = base_url.rstrip("/") + PATH
+    return found
+
+
+def card_for(version: str | None, card: AgentCard) -> dict[str, Any]:
+    """The card as the asking client's protocol version defines it: 1.0's (interfaces in
+    `supportedInterfaces`, a security scheme as one member) for a 1.x `A2A-Version`, 0.3's
+    (`url`, `protocolVersion`, a scheme as `{type, ...}`) otherwise, no header meaning 0.3
+    as the protocol says. One definition, either shape, never both."""
+    if (version or PROTOCOL_VERSION_0_3).strip().split(".")[0] not in ("", "0"):
+        return MessageToDict(card)
+    legacy = to_compat_agent_card(card).model_dump(mode="json", by_alias=True, exclude_none=True)
+    if not legacy.get("supportsAuthenticatedExtendedCard"):
+        legacy.pop("supportsAuthenticatedExtendedCard", None)
+    return legacy
 
 
 def install(
@@ -655,8 +808,8 @@ def install(
 ) -> None:
     """The card (public) and the JSON-RPC endpoint (bearer token) on the API's app. The card
     is made here, once, from `agents` (the definitions read when the service started): a
-    request reads no file and the card cannot fail."""
-    card_json = agent_card_to_dict(agent_card(agents))
+    request reads no file, and the card cannot fail."""
+    made = agent_card(agents)
     dispatcher = JsonRpcDispatcher(
         SessionTasks(sessions_of), context_builder=CallContext(), enable_v0_3_compat=True
     )
@@ -666,10 +819,22 @@ def install(
             request.scope[SCOPE_USER] = bearer_user(users, request.headers.get("authorization"))
         except AgentError as err:
             return error_response(401, "Unauthorized", str(err), {"WWW-Authenticate": "Bearer"})
-        return await dispatcher.handle_requests(request)
+        if (refused := await _unknown_state(request)) is not None:
+            return refused
+        busy: list[int] = []
+        token = _BUSY.set(busy)
+        try:
+            response = await dispatcher.handle_requests(request)
+        finally:
+            _BUSY.reset(token)
+        return _busy(response, busy[-1]) if busy and isinstance(response, JSONResponse) else response
 
     async def card(request: Request) -> Response:
-        return JSONResponse(at_url(card_json, str(request.base_url)))
+        public_url = request.app.state.access.public_url
+        found = at_url(made, public_url or str(request.base_url))
+        # The version the client speaks: its A2A-Version header, or the request parameter of that name.
+        version = request.headers.get(VERSION_HEADER) or request.query_params.get(VERSION_HEADER)
+        return JSONResponse(card_for(version, found), headers={"Vary": VERSION_HEADER})
 
     app.router.routes.append(Route(PATH, rpc, methods=["POST"]))
     app.router.routes.append(Route(AGENT_CARD_WELL_KNOWN_PATH, card, methods=["GET"]))

@@ -1,5 +1,5 @@
-"""The agent service's application: the routes, the error answers, the body limit, and the
-Temporal client with the session feeds, made when the server starts. The same sessions are
+"""The agent service's application: the routes, the error answers, the Host and Origin
+check, the body limit, and the Temporal client with the session feeds, made when the server starts. The same sessions are
 an MCP server at `/mcp` (`service.mcp_tools`) and an A2A agent at `/a2a`, with its card at
 `/.well-known/agent-card.json` (`service.a2a`)."""
 
@@ -16,9 +16,10 @@ from temporalio.client import Client
 
 from infra.connection import connect
 from infra.definitions import Definitions, load_definitions
-from service import a2a, http_errors, mcp_tools, pages, routes, sse
+from service import a2a, http_errors, mcp_tools, memory_routes, origins, pages, routes, sse
 from service.auth import Cookies, Users, current_user
 from service.feeds import Feeds
+from service.origins import Access
 from service.ownership import Owners
 from service.steering import Sessions
 from sessions import start_input
@@ -32,12 +33,15 @@ Send `Authorization: Bearer TOKEN`; in a browser, open `/?token=TOKEN` once. Err
 def create_app(
     users: Users,
     client: Client | None = None,
+    access: Access | None = None,
     cookies: Cookies | None = None,
     definitions: Definitions | None = None,
 ) -> FastAPI:
-    """The app; it connects to Temporal at startup unless given a client, signs the page's
-    cookies with `cookies` (default: `AGENT_COOKIE_SECRET` or the data directory's key),
-    and makes the A2A card from `definitions` (default: read now)."""
+    """The app; it connects to Temporal at startup unless given a client. `access` names the
+    hosts and origins it answers (`service.origins`); by default loopback on port 8080. It
+    signs the page's cookies with `cookies` (default: `AGENT_COOKIE_SECRET` or the data
+    directory's key) and makes the A2A card from `definitions` (default: read now)."""
+    access = access or Access.build(8080)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -58,10 +62,13 @@ def create_app(
         lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
     )  # fmt: skip
     app.state.users = users
+    app.state.access = access
     app.state.cookies = cookies or Cookies.from_env()
     http_errors.install(app)
     app.add_middleware(http_errors.BodyLimit)
-    for module in (pages, routes, sse):
+    # Outermost: a request for another name or from another page goes no further.
+    app.add_middleware(origins.Guard, access=access)
+    for module in (pages, routes, sse, memory_routes):
         app.include_router(module.router)
     mcp = mcp_tools.build(sessions, mcp_tools.http_caller)
     app.router.routes.append(mcp_tools.http_route(mcp, users))

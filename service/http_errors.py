@@ -19,6 +19,7 @@ from temporalio.service import RPCError
 from infra.errors import (
     AgentError,
     BadRequest,
+    Busy,
     ConfigError,
     InvalidInput,
     NoWorker,
@@ -35,6 +36,7 @@ MAX_BODY_BYTES = 1024 * 1024
 START_BODY_BYTES = 48 * 1024 * 1024
 START_PATH = "/v1/sessions"
 log = logging.getLogger("service")
+RETRY_AFTER = 2  # seconds, on a 503
 
 # Order matters: a subclass before its base (InvalidInput is a Rejected).
 STATUS_OF = [
@@ -46,6 +48,7 @@ STATUS_OF = [
     (SessionEnded, 409),
     (Rejected, 409),
     (BadRequest, 400),
+    (Busy, 503),
     (NoWorker, 503),
     (Unreachable, 503),
     (ConfigError, 500),
@@ -66,6 +69,8 @@ def install(app: FastAPI) -> None:
     async def _agent_error(request: Request, err: AgentError) -> JSONResponse:
         status = next(code for kind, code in STATUS_OF if isinstance(err, kind))
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        if status == 503:  # busy or unreachable for now: worth asking again
+            headers = {"Retry-After": str(err.retry_after if isinstance(err, Busy) else RETRY_AFTER)}
         return error_response(status, type(err).__name__, str(err), headers)
 
     @app.exception_handler(RequestValidationError)
@@ -83,7 +88,9 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RPCError)
     async def _temporal(request: Request, err: RPCError) -> JSONResponse:
         # What sessions.control does not turn into the project's errors: Temporal's own refusal.
-        return error_response(503, "TemporalError", f"Temporal answered: {err.message}")
+        return error_response(
+            503, "TemporalError", f"Temporal answered: {err.message}", {"Retry-After": str(RETRY_AFTER)}
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, err: Exception) -> JSONResponse:

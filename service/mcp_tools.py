@@ -6,7 +6,8 @@ Tools start, read, wait on and steer sessions; resources give a session's status
 through `service.steering`, so a tool does what the HTTP route of the same name does,
 as the caller: over stdio one user who sees every session (`mcp:<login name>`, as the
 command line is `cli:<login name>`), over HTTP the user of the bearer token, who sees
-and decides only their own sessions (others' answer as unknown).
+and decides only their own sessions (others' answer as unknown). Prompts, completion,
+resource subscriptions and notices are `service.mcp_protocol`'s.
 
 `wait_for_session` waits for the session to end, to need a person or for its timeout,
 sending progress notifications meanwhile (their values only grow, across the rounds of
@@ -40,11 +41,14 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    INVALID_PARAMS,
     CallToolResult,
     ElicitRequest,
     ElicitRequestFormParams,
     ElicitResult,
+    GetPromptResult,
     InputRequiredResult,
     ToolAnnotations,
 )
@@ -55,19 +59,22 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.service import RPCError
 
 from activities.wire import TextDelta
-from infra.errors import AgentError, InvalidInput, Rejected, SessionNotFound
-from service import schemas, steering
+from infra import project
+from infra.errors import AgentError, BadRequest, InvalidInput, Rejected, SessionNotFound
+from service import mcp_protocol, schemas, steering
 from service.auth import User, Users, bearer_user
-from service.http_errors import error_response
-from service.schemas import SessionList
+from service.http_errors import RETRY_AFTER, error_response
+from service.schemas import SessionPage
 from service.steering import Sessions
 from sessions import control, start_input
+from sessions import memory as memories
 from sessions.text import shorten
 from workflows import events as ev
 from workflows.agent import AgentWorkflow
 from workflows.contract import PendingApproval, SessionStatus
 
-NAME = "agent-sessions"
+NAME = project.NAME  # serverInfo: the project's name and version (pyproject.toml)
+TITLE = "Agent sessions"
 PATH = "/mcp"
 SCOPE_USER = "agent.user"  # the ASGI scope key of the caller, set by `BearerOnly`
 # The first revision whose tools answer "input required" instead of asking during the call.
@@ -106,6 +113,12 @@ class AgentList(BaseModel):
     agents: list[dict[str, Any]]
 
 
+class MemoryList(BaseModel):
+    user: str
+    agent: str | None
+    memories: list[memories.Memory]
+
+
 class WaitResult(SessionStatus):
     """The session's status (what `status --json` prints) and why the wait returned."""
 
@@ -124,17 +137,34 @@ class WaitState(BaseModel):
 
 class SessionsServer(MCPServer):
     """`MCPServer` whose failed calls answer with one line: an argument that breaks a
-    tool's schema says which and why, instead of pydantic's multi-line report."""
+    tool's schema says which and why, instead of pydantic's multi-line report. An unknown
+    tool or prompt, or a prompt's missing argument, is a protocol error (-32602)."""
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        if self._tool_manager.get_tool(name) is None:
+            raise MCPError(code=INVALID_PARAMS, message=f"unknown tool {name!r}", data={"name": name})
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as err:
             if isinstance(err.__cause__, ValidationError):
                 raise ToolError(f"invalid arguments for {name}: {steering.one_line(err.__cause__)}") from err
             raise
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
+    ) -> GetPromptResult | InputRequiredResult:
+        if self._prompt_manager.get_prompt(name) is None:
+            known = ", ".join(p.name for p in self._prompt_manager.list_prompts())
+            raise MCPError(code=INVALID_PARAMS, message=f"unknown prompt {name!r}: the prompts are {known}")
+        try:
+            return await super().get_prompt(name, arguments, context)
+        except ValueError as err:  # a missing argument, or one its function refused
+            cause = err.__cause__ or err
+            if isinstance(cause, MCPError):
+                raise cause from None
+            raise MCPError(code=INVALID_PARAMS, message=f"prompt {name}: {cause}") from None
 
 
 @contextmanager
@@ -145,8 +175,8 @@ def one_line_errors() -> Iterator[None]:
         yield
     except AgentError as err:
         raise ToolError(str(err)) from None
-    except RPCError as err:
-        raise ToolError(f"Temporal answered: {err.message}") from None
+    except RPCError as err:  # Temporal itself, for now: worth asking again
+        raise ToolError(f"busy: Temporal answered: {err.message}; retry in {RETRY_AFTER} s") from None
 
 
 def build(
@@ -159,10 +189,12 @@ def build(
         return caller_of(ctx).name
 
     server = SessionsServer(
-        NAME, instructions=INSTRUCTIONS, log_level="WARNING",
+        NAME, title=TITLE, version=project.version(), instructions=INSTRUCTIONS, log_level="WARNING",
         # Per process: the rounds of a call end with the process that answered the first.
         request_state_security=RequestStateSecurity(keys=[os.urandom(32)], bind_principal=principal),
+        subscriptions=False,  # `mcp_protocol` serves subscriptions/listen, per caller
     )  # fmt: skip
+    mcp_protocol.install(server, sessions_of, caller_of)
 
     def caller(ctx: Context[Any, Any]) -> User:
         return caller_of(ctx.request_context)
@@ -238,18 +270,54 @@ def build(
             ),
         ] = None,
         limit: Annotated[int, Field(ge=1, le=200, description="at most this many, newest first")] = 50,
+        cursor: Annotated[
+            str | None,
+            Field(
+                max_length=4096, description="`next_cursor` of the page before, with the same status filter"
+            ),
+        ] = None,
         *,
         ctx: Context[Any, Any],
-    ) -> SessionList:
-        """The sessions this caller may see, newest first, as status objects."""
+    ) -> SessionPage:
+        """The sessions this caller may see, newest first, as status objects, a page at a time."""
         with one_line_errors():
-            return SessionList(sessions=await sessions_of().owners.listing(caller(ctx), status, limit))
+            rows, next_cursor = await sessions_of().owners.listing(caller(ctx), status, limit, cursor)
+            return SessionPage(sessions=rows, next_cursor=next_cursor)
 
     @server.tool(annotations=READS, title="List agents")
     async def list_agents() -> AgentList:
         """The agent definitions a session can run (start_session's `agent`)."""
         with one_line_errors():
             return AgentList(agents=start_input.describe(start_input.read_definitions()))
+
+    @server.tool(annotations=READS, title="List your memories")
+    async def list_memories(
+        ctx: Context[Any, Any],
+        agent: Annotated[
+            str | None, Field(max_length=48, description="an agent's scope (default: your own)")
+        ] = None,
+    ) -> MemoryList:
+        """Your memories across sessions in one scope, newest first (what remember, recall and forget reach)."""
+        user = caller(ctx)
+        with one_line_errors():
+            found = await memories.listing(sessions_of().client, user.name, agent)
+        return MemoryList(user=user.name, agent=agent, memories=found)
+
+    @server.tool(annotations=CHANGES, title="Forget a memory")
+    async def forget_memory(
+        key: Annotated[str, Field(min_length=1, max_length=100, description="the memory's key")],
+        ctx: Context[Any, Any],
+        agent: Annotated[
+            str | None, Field(max_length=48, description="an agent's scope (default: your own)")
+        ] = None,
+    ) -> MemoryList:
+        """Forget one of your memories by its key; your memories after it."""
+        user = caller(ctx)
+        with one_line_errors():
+            if not await memories.forget(sessions_of().client, user.name, agent, key):
+                raise BadRequest(f"no memory {key!r}")
+            found = await memories.listing(sessions_of().client, user.name, agent)
+        return MemoryList(user=user.name, agent=agent, memories=found)
 
     @server.tool(annotations=CHANGES, title="Wait for a session")
     async def wait_for_session(
@@ -319,10 +387,17 @@ def build(
         session_id: SessionId,
         text: Annotated[str, Field(min_length=1, max_length=200_000, description="the message")],
         ctx: Context[Any, Any],
+        mode: Annotated[
+            Literal["queue", "steer"] | None,
+            Field(
+                description="queue: after the run's answer (a chat's default); steer: at the model's next call"
+            ),
+        ] = None,
     ) -> SessionStatus:
-        """A chat session's next message; it is queued if the session is busy. Answers the status."""
+        """A message while the session works: a chat's next (queued if it is busy), or a steer the
+        model gets at its next call. Answers the status."""
         with one_line_errors():
-            message = steering.message(text)
+            message = steering.message(text, mode)
         return await steer(ctx, session_id, AgentWorkflow.send_message, message)
 
     @server.tool(annotations=CHANGES, title="Pause a session")
@@ -339,6 +414,27 @@ def build(
     async def close_session(session_id: SessionId, ctx: Context[Any, Any]) -> SessionStatus:
         """End a chat session after the messages already sent."""
         return await steer(ctx, session_id, AgentWorkflow.close_session)
+
+    @server.tool(annotations=CHANGES, title="Raise a session's limit")
+    async def raise_limit(
+        session_id: SessionId,
+        name: Annotated[Literal["max_steps", "token_budget", "cost_budget"], Field(description="the limit")],
+        value: Annotated[float, Field(gt=0, description="the new absolute limit, above what is used")],
+        ctx: Context[Any, Any],
+    ) -> SessionStatus:
+        """Set a new limit; a session waiting at it (waiting_budget) goes on. Answers the status."""
+        with one_line_errors():
+            request = steering.limit_raise(caller(ctx), name, value)
+        return await steer(ctx, session_id, AgentWorkflow.raise_limit, request)
+
+    @server.tool(annotations=CHANGES, title="Decline more budget")
+    async def decline_limit(
+        session_id: SessionId, ctx: Context[Any, Any], reason: Reason = None
+    ) -> SessionStatus:
+        """A session waiting at a limit (waiting_budget) ends stopped, the limit its reason."""
+        with one_line_errors():
+            request = steering.limit_decline(caller(ctx), reason)
+        return await steer(ctx, session_id, AgentWorkflow.decline_limit, request)
 
     @server.tool(
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False),
@@ -644,8 +740,8 @@ def http_caller(ctx: ServerRequestContext[Any, Any] | None) -> User:
 def http_route(server: MCPServer, users: Users) -> Route:
     """The `/mcp` route (streamable HTTP) for the API. The caller runs
     `server.session_manager.run()` for the app's lifetime."""
-    # The token is the protection: a page elsewhere cannot send it, so the Host check
-    # (for servers with no authentication) is off, and any host name the API has works.
+    # The SDK's Host and Origin check is off: the app's own (`service.origins`) guards
+    # every door, `/mcp` among them, with the names and origins the operator allowed.
     inner = server.streamable_http_app(
         streamable_http_path=PATH,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),

@@ -7,18 +7,18 @@ existence is not revealed. Owners never change, so they are remembered.
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.service import RPCError
 
-from infra.errors import AgentError, BadRequest, SessionNotFound
+from infra.datadir import data_dir
+from infra.errors import BadRequest, SessionNotFound
 from service.auth import User
-from sessions import control
+from sessions import control, listing
 from workflows.contract import SessionStatus
 
-LIST_QUERY_TIMEOUT = 3.0  # seconds per session; they are asked all at once
+ID_SCAN = 1000  # sessions, newest first, that `session_ids` looks through
 
 
 class Owners:
@@ -26,6 +26,7 @@ class Owners:
         self.client = client
         self.known: dict[str, str] = {}
         self._search_attributes = False
+        self.tokens = listing.PageTokens.from_environment(data_dir())
 
     def remember(self, session_id: str, user_id: str) -> None:
         self.known[session_id] = user_id
@@ -39,50 +40,60 @@ class Owners:
         return found
 
     async def check(self, user: User, session_id: str) -> None:
-        """`SessionNotFound` unless this user may steer the session."""
+        """`SessionNotFound` unless this user may steer the session. An owner not yet known
+        is read from the session's start input: a history read, no query (no billable
+        action, and no worker needed)."""
         owner = self.known.get(session_id)
         if owner is None:
-            await self.status(user, session_id)
-        elif not user.may_see(owner):
+            started, _ = await control.start_input(self.client, control.handle(self.client, session_id))
+            owner = started.user_id
+            self.remember(session_id, owner)
+        if not user.may_see(owner):
             raise SessionNotFound(session_id)
+
+    async def session_ids(self, user: User, prefix: str = "") -> list[str]:
+        """The ids starting with `prefix` of the sessions this user may see, newest first,
+        read from visibility (no query). Without the Agent* search attributes a user who is
+        not an operator gets the sessions whose owner this process knows."""
+        mine = None if user.operator else user.name
+        if mine is not None and not await self.has_search_attributes():
+            return sorted(i for i, owner in self.known.items() if owner == mine and i.startswith(prefix))
+        where = listing.Filter(user=mine).query()
+        return [
+            e.id async for e in self.client.list_workflows(where, limit=ID_SCAN) if e.id.startswith(prefix)
+        ]
 
     async def has_search_attributes(self) -> bool:
         # Once registered they stay; until then, ask each time.
         self._search_attributes = self._search_attributes or await control.has_search_attributes(self.client)
         return self._search_attributes
 
-    async def listing(self, user: User, status: str | None, limit: int) -> list[dict[str, Any]]:
-        """The status objects of the sessions this user may see, newest first."""
-        mine = None if user.operator else user.name
-        if await self.has_search_attributes():
-            rows = await control.list_sessions(self.client, status=status, user=mine, limit=limit)
-        elif mine is None and status in (None, "stuck"):
-            rows = await control.list_sessions(self.client, status=status, limit=limit)
-        else:
+    async def listing(
+        self, user: User, status: str | None, limit: int, page_token: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of the status objects of the sessions this user may see, newest first, and
+        the token to the next page (None after the last). A token is refused with any other
+        filter or user than the one it was made for (`BadRequest`)."""
+        made_for = {"list": "sessions", "status": status, "user": user.name}
+        rows, next_token = await self.page(user, listing.Filter(status), limit, page_token, made_for)
+        return [row.document() for row in rows], next_token
+
+    async def page(
+        self, user: User, which: listing.Filter, limit: int, page_token: str | None, made_for: dict[str, Any]
+    ) -> tuple[list[listing.Row], str | None]:
+        """A page of the rows of `which` this user may see (an operator: anyone's), and the
+        sealed token to the next, made for `made_for`."""
+        after = self.tokens.open(page_token, made_for) if page_token else None
+        which = self.scoped(user, which)
+        if which.needs_search_attributes() and not await self.has_search_attributes():
             raise BadRequest("listing by user or status needs the Agent* search attributes; see the README")
-        found = await asyncio.gather(*(self._status_of(row) for row in rows))
-        # Visibility lags the session: what the query says now decides.
-        return [
-            s for s in found
-            if s["user_id"] is not None and user.may_see(s["user_id"]) and (status is None or s["status"] == status)
-        ]  # fmt: skip
+        found = await listing.page(self.client, which, limit=limit, after=after)
+        rows = [row for row in found.rows if row.user is not None and user.may_see(row.user)]
+        for row in rows:
+            if row.found is not None:
+                self.remember(row.session_id, row.found.user_id)
+        return rows, self.tokens.seal(found.after, made_for) if found.after else None
 
-    async def _status_of(self, row: dict[str, Any]) -> dict[str, Any]:
-        try:
-            found = await asyncio.wait_for(control.status(self.client, row["session_id"]), LIST_QUERY_TIMEOUT)
-        except (AgentError, RPCError, TimeoutError) as err:
-            return _from_row(row, str(err) or "no worker answered in time")
-        except Exception as err:  # its payloads cannot be read here: one row says so, the list goes on
-            return _from_row(row, f"cannot read its status: {type(err).__name__}: {err}".splitlines()[0])
-        self.remember(found.session_id, found.user_id)
-        return found.model_dump(mode="json")
-
-
-def _from_row(row: dict[str, Any], why: str) -> dict[str, Any]:
-    """What the search attributes say of a session that did not answer (no worker on its
-    queue, say): one slow session must not hold up the whole list."""
-    return {
-        "session_id": row["session_id"], "status": row["status"], "steps": row["steps"] or 0,
-        "user_id": row["user"], "started_at": row["started"], "tokens": row["tokens"],
-        "usage": None, "cost_usd": None, "pending_approvals": [], "unavailable": why,
-    }  # fmt: skip
+    def scoped(self, user: User, which: listing.Filter) -> listing.Filter:
+        """`which`, narrowed to the user's own sessions unless they are an operator."""
+        return which if user.operator else dataclasses.replace(which, user=user.name)

@@ -21,7 +21,15 @@ from service.auth import User, current_user
 from service.ownership import Owners
 from sessions import control
 from workflows.agent import AgentWorkflow
-from workflows.contract import CancelRequest, Decision, EventInput, SessionStatus, UserMessage
+from workflows.contract import (
+    CancelRequest,
+    Decision,
+    EventInput,
+    LimitDecline,
+    LimitRaise,
+    SessionStatus,
+    UserMessage,
+)
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 Caller = Annotated[User, Depends(current_user)]
@@ -59,9 +67,13 @@ async def list_sessions(
     owned: Owned,
     status: Annotated[str | None, Query(max_length=40)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    page_token: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> schemas.SessionList:
-    """The caller's sessions (an operator's: all), newest first, as status objects."""
-    return schemas.SessionList(sessions=await owned.listing(user, status, limit))
+    """The caller's sessions (an operator's: all), newest first, as status objects, a page at
+    a time: `next_page_token` is given back as `page_token` with the same filter (400 with
+    another filter or another user's token)."""
+    rows, next_page_token = await owned.listing(user, status, limit, page_token)
+    return schemas.SessionList(sessions=rows, next_page_token=next_page_token)
 
 
 @router.get("/{session_id}", responses=ERRORS)
@@ -134,9 +146,9 @@ async def cancel(session_id: str, user: Caller, owned: Owned, body: OptionalCanc
 
 @router.post("/{session_id}/messages", responses=CONFLICT)
 async def send_message(session_id: str, body: schemas.Message, user: Caller, owned: Owned) -> SessionStatus:
-    """A chat session's next message."""
+    """A message while the session works: a chat's next (`queue`), or a steer for the model's next call."""
     try:
-        message = UserMessage(text=body.text)
+        message = UserMessage(text=body.text, mode=body.mode)
     except ValidationError as err:
         raise InvalidInput(err.errors()[0]["msg"]) from None
     return await _steer(owned, user, session_id, AgentWorkflow.send_message, message)
@@ -150,6 +162,17 @@ async def send_event(session_id: str, body: schemas.Event, user: Caller, owned: 
     except ValidationError as err:
         raise InvalidInput(err.errors()[0]["msg"]) from None
     return await _steer(owned, user, session_id, AgentWorkflow.send_event, event)
+
+
+@router.post("/{session_id}/limits", responses=CONFLICT)
+async def limits(session_id: str, body: schemas.Limit, user: Caller, owned: Owned) -> SessionStatus:
+    """Raise a limit (`raise_limit`: one waiting at it goes on), or decline (`decline_limit`)."""
+    if body.decline:
+        decline = LimitDecline(reason=body.reason, decided_by=user.name)
+        return await _steer(owned, user, session_id, AgentWorkflow.decline_limit, decline)
+    assert body.name is not None and body.value is not None
+    request = LimitRaise(name=body.name, value=body.value, decided_by=user.name)
+    return await _steer(owned, user, session_id, AgentWorkflow.raise_limit, request)
 
 
 @router.post("/{session_id}/close", responses=CONFLICT)

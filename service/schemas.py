@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SESSION_ID = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$"
 
@@ -65,6 +65,10 @@ class StartSession(Body):
     cost_budget: CostBudget = None
     timeout: Timeout = None
     approval_timeout: ApprovalTimeout = None
+    on_limit: Literal["stop", "ask"] | None = Field(
+        default=None,
+        description="at max_steps, token_budget or cost_budget: stop (the default), or wait for POST .../limits",
+    )
     chat: bool = False
     output_schema: OutputSchema = None
     attachments: list[NewAttachment] = Field(
@@ -105,11 +109,33 @@ class Cancel(Body):
 
 class Message(Body):
     text: str = Field(min_length=1, max_length=200_000)
+    mode: Literal["queue", "steer"] | None = Field(
+        default=None,
+        description="queue: after the run's answer (a chat's default); steer: at the model's next call in "
+        "the current run (the default of a session that is not a chat)",
+    )
 
 
 class Event(Body):
     name: str = Field(min_length=1, max_length=200, description="what the session's wait_for_event waits for")
     data: Any = Field(default=None, description="any JSON value: the wait's result")
+
+
+class Limit(Body):
+    """A new limit (`name`, `value`), or `decline: true` (with an optional `reason`)."""
+
+    name: Literal["max_steps", "token_budget", "cost_budget"] | None = None
+    value: float | None = Field(default=None, gt=0, description="the new absolute limit, above what is used")
+    decline: bool = Field(default=False, description="no more: a session waiting at a limit stops")
+    reason: str | None = Field(default=None, max_length=2000, description="why, with decline")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Limit:
+        if self.decline == (self.name is not None or self.value is not None):
+            raise ValueError("give name and value to raise a limit, or decline: true")
+        if not self.decline and (self.name is None or self.value is None):
+            raise ValueError("a raise takes both name and value")
+        return self
 
 
 class Empty(Body):
@@ -118,6 +144,18 @@ class Empty(Body):
 
 class SessionList(BaseModel):
     sessions: list[dict[str, Any]]
+    next_page_token: str | None = Field(
+        default=None, description="give it back as `page_token` for the next page; null after the last"
+    )
+
+
+class SessionPage(BaseModel):
+    """MCP's `list_sessions` answer: a page, and the cursor to the next (MCP's names)."""
+
+    sessions: list[dict[str, Any]]
+    next_cursor: str | None = Field(
+        default=None, description="give it back as `cursor` for the next page; null after the last"
+    )
 
 
 class Me(BaseModel):

@@ -38,6 +38,8 @@ from workflows.contract import (
     FINAL_STATUSES,
     CancelRequest,
     Decision,
+    LimitDecline,
+    LimitRaise,
     SessionInput,
     SessionStatus,
     UserMessage,
@@ -83,6 +85,7 @@ async def session_input(body: StartSession, user: User, owners: Owners) -> Sessi
         "search_attributes": await owners.has_search_attributes(),
         "output_schema": body.output_schema,
         "notify": body.notify,
+        "on_limit": body.on_limit,
     }  # fmt: skip
 
     def resolve() -> SessionInput:
@@ -154,9 +157,23 @@ def decision(
         raise BadRequest(one_line(err)) from None
 
 
-def message(text: str) -> UserMessage:
+def message(text: str, mode: str | None = None) -> UserMessage:
     try:
-        return UserMessage(text=text)
+        return UserMessage.model_validate({"text": text, "mode": mode})
+    except ValidationError as err:
+        raise BadRequest(one_line(err)) from None
+
+
+def limit_raise(user: User, name: str, value: float) -> LimitRaise:
+    try:
+        return LimitRaise.model_validate({"name": name, "value": value, "decided_by": user.name})
+    except ValidationError as err:
+        raise BadRequest(one_line(err)) from None
+
+
+def limit_decline(user: User, reason: str | None) -> LimitDecline:
+    try:
+        return LimitDecline(reason=reason, decided_by=user.name)
     except ValidationError as err:
         raise BadRequest(one_line(err)) from None
 

@@ -8,9 +8,8 @@ handlers are named by their typed references (`AgentWorkflow.status`), never by 
 
 from __future__ import annotations
 
-import asyncio
 import getpass
-import json
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,6 +35,7 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.memory import ID_PREFIX as MEMORY_ID_PREFIX
 from infra.errors import (
     BadRequest,
     InvalidInput,
@@ -45,8 +45,9 @@ from infra.errors import (
     SessionExists,
     SessionNotFound,
 )
-from sessions import text
+from sessions import reading, text
 from sessions.archive import whole_history
+from sessions.replays import CannotReplay
 from workflows import search
 from workflows.agent import AgentWorkflow
 from workflows.contract import (
@@ -58,14 +59,16 @@ from workflows.contract import (
     StuckTask,
 )
 from workflows.notify import NotifyResult
+from workflows.state import SessionState
+
+log = logging.getLogger("sessions.control")
 
 QUERY_TIMEOUT = timedelta(seconds=20)
 # A stuck session may not answer queries at all: ask briefly, then build the status
 # from its start input.
 STUCK_QUERY_TIMEOUT = timedelta(seconds=3)
-# `list` asks each running session for its billable actions this briefly.
-LIST_QUERY_TIMEOUT = timedelta(seconds=3)
-RUNNING_STATUSES = ("running", "paused", "waiting_approval", "waiting_input")
+# What each query the entry points read answers.
+QUERY_TYPES: dict[str, type] = {"status": SessionStatus, "history": SessionHistory, "state": SessionState}
 SESSION_WORKFLOW = "AgentWorkflow"  # the workflow type of every session (workflows/agent.py)
 
 
@@ -92,7 +95,10 @@ async def start(
     task_queue: str,
 ) -> WorkflowHandle:
     """Start a session, named in the Temporal UI by its goal and settings (`sessions.text`);
-    `SessionExists` when the id is taken (ids are never reused)."""
+    `SessionExists` when the id is taken (ids are never reused). Ids under `memory/` are the
+    memory workflows' (activities/memory.py): no start takes one."""
+    if session_id.startswith(MEMORY_ID_PREFIX):
+        raise BadRequest(f"session ids starting with {MEMORY_ID_PREFIX!r} are reserved for memories")
     try:
         return await client.start_workflow(
             AgentWorkflow.run,
@@ -153,22 +159,70 @@ async def describe(h: WorkflowHandle) -> Any:
 
 
 async def status(client: Client, session_id: str) -> SessionStatus:
-    """The session's status; `stuck` (with the failing task's message) when its workflow
-    task keeps failing. A session that has closed with a result answers with it, without a
-    worker: the final status its worker computed, with the refusals no replay sees
-    (workflows/metering.py)."""
+    """The session's status, read from its history (sessions/reading.py: no billable
+    action); `stuck` (with the failing task's message) when its workflow task keeps
+    failing. A session that has closed with a result answers with it: the final status its
+    worker computed, with the refusals no replay sees (workflows/metering.py)."""
     h = handle(client, session_id)
-    described = await describe(h)
+
+    async def attempt() -> SessionStatus:
+        return await status_of(client, h, await describe(h))
+
+    return await reading.patiently(attempt, f"session {session_id}")
+
+
+async def status_of(
+    client: Client, h: WorkflowHandle, described: Any, *, ask_worker: bool = True
+) -> SessionStatus:
+    """`status`, for a session described as `described`. Without `ask_worker`, a session this
+    process cannot replay raises `CannotReplay` instead of costing a query, and one whose
+    first workflow task has not completed is not waited for."""
     if (ended := await closed_status(client, h.id, described)) is not None:
         return await with_notifications(client, ended)
     stuck = await stuck_task(client, h, described)
     if stuck is None:
-        return await with_notifications(client, await query(h, AgentWorkflow.status))
-    try:
-        snapshot = await query(h, AgentWorkflow.status, timeout=STUCK_QUERY_TIMEOUT)
-    except (NoWorker, Rejected, RPCError):  # a failing task may not answer queries either
+        snapshot = await read(
+            client, h, AgentWorkflow.status, described, wait=ask_worker, ask_worker=ask_worker
+        )
+        return await with_notifications(client, snapshot)
+    try:  # as its last completed task left it; a failing task may not answer queries either
+        snapshot = await read(
+            client, h, AgentWorkflow.status, described, wait=False, ask_worker=ask_worker, timeout=STUCK_QUERY_TIMEOUT
+        )  # fmt: skip
+    except (NoWorker, Rejected, RPCError, CannotReplay):
         snapshot = await _status_from_start(client, h)
     return snapshot.model_copy(update={"status": "stuck", "stuck": stuck})
+
+
+async def read(
+    client: Client,
+    h: WorkflowHandle,
+    method: Callable[..., Any],
+    described: Any = None,
+    *,
+    wait: bool = True,
+    ask_worker: bool = True,
+    timeout: timedelta = QUERY_TIMEOUT,
+) -> Any:
+    """What the session's query `method` answers, from its replay here (no billable action);
+    asked of its worker (a query) only when this process cannot replay it and `ask_worker`.
+    `wait`: for the run's first workflow task, when none has completed."""
+    described = described if described is not None else await describe(h)
+    try:
+        return await reading.read(
+            client, h.id, method, QUERY_TYPES[method.__name__],
+            run_id=described.run_id, history_length=described.history_length, wait=wait,
+        )  # fmt: skip
+    except CannotReplay as why:
+        if not ask_worker:
+            raise
+        log.info("session %s: asking its worker: %s", h.id, why)
+    return await query(h, method, timeout=timeout)
+
+
+async def state(client: Client, session_id: str) -> SessionState:
+    """Everything the session knows but its event stream, as its `state` query answers it."""
+    return await read(client, handle(client, session_id), AgentWorkflow.state)
 
 
 async def with_notifications(client: Client, snapshot: SessionStatus) -> SessionStatus:
@@ -199,13 +253,17 @@ async def history(client: Client, session_id: str) -> SessionHistory:
     session that has closed with a result takes its status and `temporal_actions` from the
     result, as `status` does (a replay does not see the refusals its worker counted)."""
     h = handle(client, session_id)
-    await describe(h)  # a workflow that is not a session is not found, not a failed query
-    found = await whole_history(await query(h, AgentWorkflow.history))
-    ended = await closed_status(client, h.id, await describe(h))
-    if ended is None:
-        return found
-    ended = await with_notifications(client, ended)
-    return found.model_copy(update={"status": ended, "temporal_actions": ended.temporal_actions})
+
+    async def attempt() -> SessionHistory:
+        described = await describe(h)
+        found = await whole_history(await read(client, h, AgentWorkflow.history, described))
+        ended = await closed_status(client, h.id, described)
+        if ended is None:
+            return found
+        ended = await with_notifications(client, ended)
+        return found.model_copy(update={"status": ended, "temporal_actions": ended.temporal_actions})
+
+    return await reading.patiently(attempt, f"session {session_id}")
 
 
 async def closed_status(client: Client, session_id: str, described: Any) -> SessionStatus | None:
@@ -287,10 +345,13 @@ async def stuck_task(client: Client, h: WorkflowHandle, described: Any = None) -
 
 
 async def start_input(client: Client, h: WorkflowHandle) -> tuple[SessionInput, datetime]:
-    """The input the session's latest run started with, and when."""
+    """The input the session's latest run started with, and when; `SessionNotFound` when
+    the workflow is not a session (its type is not AgentWorkflow)."""
     try:
         async for event in h.fetch_history_events():
             attributes = event.workflow_execution_started_event_attributes
+            if attributes.workflow_type.name != SESSION_WORKFLOW:
+                raise SessionNotFound(h.id)
             [started] = await client.data_converter.decode(attributes.input.payloads, [SessionInput])
             return started, event.event_time.ToDatetime().replace(tzinfo=UTC)
     except RPCError as err:
@@ -343,89 +404,11 @@ async def owner_of_call(client: Client, session_id: str, tool_use_id: str) -> st
     pending calls show in the parent's status). Unknown calls go to `session_id`, whose
     validator says why."""
     try:
-        snapshot = await query(handle(client, session_id), AgentWorkflow.status)
-    except (NoWorker, Rejected, RPCError):
+        snapshot = await read(client, handle(client, session_id), AgentWorkflow.status)
+    except (NoWorker, Rejected, SessionNotFound, RPCError):
         return session_id
     owner = next((p.session_id for p in snapshot.pending_approvals if p.tool_use_id == tool_use_id), None)
     return owner or session_id
-
-
-# ---- list --------------------------------------------------------------------------------
-
-
-async def list_sessions(
-    client: Client, *, status: str | None = None, user: str | None = None, limit: int = 50
-) -> list[dict[str, Any]]:
-    """Sessions, newest first, as rows of the search attributes and their billable actions
-    (`actions`); running ones whose task keeps failing say `stuck`."""
-    clauses = [f"WorkflowType = '{SESSION_WORKFLOW}'"]
-    if (status not in (None, "stuck") or user is not None) and not await has_search_attributes(client):
-        raise BadRequest("filtering needs the Agent* search attributes on this namespace; see the README")
-    for key, value in (("AgentStatus", status if status != "stuck" else None), ("AgentUser", user)):
-        if value is not None:
-            clauses.append(f"{key} = {json.dumps(value)}")
-    if status == "stuck":
-        clauses.append("ExecutionStatus = 'Running'")
-    executions = [e async for e in client.list_workflows(" AND ".join(clauses), limit=limit)]
-    rows = await asyncio.gather(*(_row(client, e) for e in executions))
-    return [r for r in rows if status != "stuck" or r["status"] == "stuck"]
-
-
-async def _row(client: Client, execution: Any) -> dict[str, Any]:
-    attrs = execution.typed_search_attributes
-    row = {
-        "session_id": execution.id,
-        "status": attrs.get(search.AGENT_STATUS)
-        or (execution.status.name.lower() if execution.status else None),
-        "steps": attrs.get(search.AGENT_STEPS),
-        "tokens": attrs.get(search.AGENT_TOKENS),
-        "pending_approvals": attrs.get(search.AGENT_PENDING_APPROVALS),
-        "user": attrs.get(search.AGENT_USER),
-        "started": execution.start_time.isoformat() if execution.start_time else None,
-    }
-    stuck = None
-    if execution.status == WorkflowExecutionStatus.RUNNING:
-        stuck = await stuck_task(client, handle(client, execution.id))
-        if stuck is not None:
-            row["status"], row["stuck"] = "stuck", stuck.model_dump(mode="json")
-    row["actions"] = None if stuck is not None else await _actions_or_none(client, execution)
-    return row
-
-
-async def _actions_or_none(client: Client, execution: Any) -> int | None:
-    """`_actions`, or None when this one session cannot say: a list never fails because
-    one session's payloads cannot be read here (another key, another workflow's result)."""
-    try:
-        return await _actions(client, execution)
-    except Exception:  # the list goes on; the session's own status says why
-        return None
-
-
-async def _actions(client: Client, execution: Any) -> int | None:
-    """A run's billable actions so far (`temporal_actions`): read from its last event once it
-    has closed (its result with its late notifications' attempts, as `status` has it, or the
-    state it continued as new with: reading history is not billed), asked of the session
-    while it runs (a query: one more action). None when no worker answers in time, or the
-    run ended without a result (terminated, timed out)."""
-    if execution.status == WorkflowExecutionStatus.RUNNING:
-        try:
-            found = await query(client.get_workflow_handle(execution.id, run_id=execution.run_id),
-                                AgentWorkflow.status, timeout=LIST_QUERY_TIMEOUT)  # fmt: skip
-        except (NoWorker, Rejected, SessionNotFound, RPCError):
-            return None
-        return found.temporal_actions
-    last = await _last_event(client, execution.id, execution.run_id)
-    if last is None:
-        return None
-    if last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
-        payloads = last.workflow_execution_completed_event_attributes.result.payloads
-        [ended] = await client.data_converter.decode(payloads, [SessionStatus])
-        return (await with_notifications(client, ended)).temporal_actions
-    if last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-        payloads = last.workflow_execution_continued_as_new_event_attributes.input.payloads
-        [carried] = await client.data_converter.decode(payloads, [SessionInput])
-        return carried.state.temporal_actions if carried.state is not None else None
-    return None
 
 
 def _not_found(err: RPCError, session_id: str) -> Exception:

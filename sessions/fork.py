@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from activities.wire import ContentBlock, Message, TextBlock, ToolResultBlock, Usage
 from infra.errors import BadRequest
 from workflows.contract import ForkPoint, SessionInput
-from workflows.records import Notifications, ToolCallRecord
+from workflows.records import Notifications, OutputStreak, ToolCallRecord
 from workflows.state import SessionState
 
 RERUN = ("pending", "waiting_approval", "running", "not_run", "cancelled")
@@ -66,13 +66,15 @@ def forked_state(session_id: str, state: SessionState, step: int, message: str |
             "messages": messages, "unsent": list(messages), "transcript_ref": None,
             "calls": calls, "trace": trace, "steps": step,
             "repeats": _repeats(c for c in calls.values() if c.status != "pending"),
+            "output_streaks": _output_streaks(c for c in calls.values() if c.status != "pending"),
             "usage": sum((t.usage for t in trace), Usage()),
             "cost_usd": sum(t.cost_usd or 0 for t in trace) if state.cost_usd is not None else None,
             "transcript_resends": sum(t.transcript_resends for t in trace),
             "user_turns": sum(1 for m in messages if m.role == "user" and m.text()),
             "answer": _last_answer(messages),
             # a new session's first run
-            "runs": 0, "paused": False, "idle": False, "closing": False, "queue": [], "run_started_at": None,
+            "runs": 0, "paused": False, "idle": False, "closing": False, "pending": [], "run_started_at": None,
+            "last_message_id": None, "steered": False,
             "stream_state": None, "cancel_requested": None, "ending": None, "updated_at": None,
             "child_approvals": {}, "child_waits": [],
             # a typed answer is given afresh
@@ -125,3 +127,19 @@ def _repeats(calls: Iterable[ToolCallRecord]) -> dict[str, int]:
     """The repeat counts of the calls that keep their result (one that runs again counts
     itself when it starts)."""
     return dict(Counter(call.repeat_key() for call in calls))
+
+
+def _output_streaks(calls: Iterable[ToolCallRecord]) -> dict[str, OutputStreak]:
+    """Each tool's latest run of the same output, over the calls that keep their result, in
+    the order they were made (a session under a loop policy records each output's digest)."""
+    streaks: dict[str, OutputStreak] = {}
+    for call in calls:
+        if call.output_digest is None:
+            continue
+        streak = streaks.pop(call.name, None)
+        if streak is None or streak.digest != call.output_digest:
+            streak = OutputStreak(digest=call.output_digest)
+        else:
+            streak.count += 1
+        streaks[call.name] = streak
+    return streaks

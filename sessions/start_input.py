@@ -48,6 +48,7 @@ from workflows.contract import (
     AgentSpec,
     Attachment,
     Limits,
+    LoopPolicy,
     ModelPrice,
     ModelSettings,
     SessionInput,
@@ -248,7 +249,8 @@ def agent_spec(definitions: Definitions, name: str, path: tuple[str, ...] = ()) 
         subagents = [_subagent(definitions, sub, path) for sub in definition.subagents if sub not in path]
     return AgentSpec(
         name=name, description=definition.description, mcp_servers=list(definition.mcp_servers),
-        approval=dict(definition.approval), subagents=subagents,
+        approval=dict(definition.approval), subagents=subagents, memory=definition.memory or "agent",
+        memory_prompt=definition.memory_prompt or 0,
     )  # fmt: skip
 
 
@@ -260,6 +262,7 @@ def _subagent(definitions: Definitions, name: str, path: tuple[str, ...]) -> Sub
         name=name, description=definition.description, model=model, system=definition.system or DEFAULT_SYSTEM,
         limits=Limits(**agent_limits(definition, {})), price=price_for(model), tools=definition.tools,
         agent=agent_spec(definitions, name, path), fallback_models=fallbacks, fallback_prices=fallback_prices(fallbacks),
+        loop_policy=_loop_policy(definition),
     )  # fmt: skip
     try:
         sub.model_settings = model_settings(definition, {}, sub)
@@ -359,6 +362,11 @@ def _fallback_models(models: list[str], where: str) -> list[str]:
     return models
 
 
+def _loop_policy(definition: AgentDefinition) -> LoopPolicy | None:
+    policy = definition.loop_policy
+    return LoopPolicy(**policy.model_dump()) if policy is not None else None
+
+
 def session_input(
     definitions: Definitions, agent: str | None, *, goal: str, limits: dict[str, Any], fields: dict[str, Any]
 ) -> SessionInput:
@@ -378,6 +386,8 @@ def session_input(
         "tools": definition.tools,
         "output_schema": agent_output_schema(definition),
         "notify": definition.notify,
+        "loop_policy": _loop_policy(definition),
+        "on_limit": definition.on_limit,
     }
     settings = {k: v for k, v in settings.items() if v is not None} | given
     model = settings.get("model", DEFAULT_MODEL)
@@ -397,6 +407,7 @@ def describe(definitions: Definitions) -> list[dict[str, Any]]:
             "approval": d.approval, "default": name == definitions.default,
             "fallback_models": d.fallback_models or [], "approval_timeout": d.approval_timeout,
             "notify": d.notify or [], "typed_answer": d.output_schema is not None or d.output_schema_file is not None,
+            "loop_policy": d.loop_policy.model_dump() if d.loop_policy else None, "on_limit": d.on_limit or "stop",
             **{key: getattr(d, key) for key in SETTING_FIELDS},
         }
         for name, d in definitions.agents.items()

@@ -230,6 +230,60 @@ def sleeping_subagent_fields() -> dict:
     return {"agent": AgentSpec(name="lead", subagents=[sub]), "tools": []}
 
 
+async def approve_repeat(handle) -> None:
+    from workflows.contract import Decision
+
+    await wait_for(handle, "waiting_approval")
+    await handle.execute_update("approve_call", Decision(tool_use_id="w4"), result_type=str)
+
+
+async def raise_steps(handle) -> None:
+    from workflows.contract import LimitRaise
+
+    await wait_for(handle, "waiting_budget")
+    await handle.execute_update("raise_limit", LimitRaise(name="max_steps", value=3), result_type=str)
+
+
+def spending_subagent_fields() -> dict:
+    """A parent with a cost budget whose sub-agent loops until its share is spent, telling
+    the parent what it spends as it goes."""
+    from sessions.pricing import PRICES
+    from workflows.contract import AgentSpec, Limits, SubAgent
+
+    price = PRICES["anthropic:claude-haiku-4-5"]
+    sub = SubAgent(name="looper", description="loops", model="claude-haiku-4-5", system="Loop.",
+                   limits=Limits(max_steps=20), price=price, tools=["get_time"], agent=AgentSpec(name="looper"))  # fmt: skip
+    return {
+        "model": "claude-haiku-4-5",
+        "price": price,
+        "agent": AgentSpec(name="lead", subagents=[sub]),
+        "tools": [],
+    }
+
+
+def memory_fields() -> dict:
+    from workflows.contract import AgentSpec
+
+    return {
+        "agent": AgentSpec(name="host", memory="user", memory_prompt=2),
+        "tools": ["remember", "recall", "forget"],
+    }
+
+
+CALL_USAGE = {"input_tokens": 1000, "output_tokens": 0, "cache_read_input_tokens": 0,
+              "cache_creation_input_tokens": 0}  # fmt: skip
+
+
+async def steer_during_tool(handle) -> None:
+    """A steer sent while the tool runs: the model gets it after the tool's result."""
+    from workflows.contract import UserMessage
+
+    await asyncio.sleep(0.5)
+    await handle.execute_update(
+        "send_message", UserMessage(text="answer in French", mode="steer"), result_type=int
+    )
+
+
 async def chat(handle) -> None:
     await wait_for(handle, "waiting_input")
     await handle.execute_update("send_message", {"text": "and then?"}, result_type=int)
@@ -426,6 +480,58 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
     "fallback": (
         [{"status": 529, "message": "Overloaded", "times": 2}, tool_use("get_time", id="t1"), answer("noon")],
         {"model": "anthropic:claude-sonnet-4-6", "fallback_models": ["anthropic:claude-haiku-4-5"]},
+        nothing,
+    ),
+    # Loop policies: the third identical call stops the session; a tool whose output repeats
+    # three times in a row is asked about at its fourth call, and approved.
+    "loop_stop": (
+        [tool_use("save_note", {"title": "same", "text": "again"}, id=f"s{i}") for i in range(4)],
+        {"loop_policy": {"after": 3, "action": "stop"}},
+        nothing,
+    ),
+    "loop_ask": (
+        [tool_use("whoami", {"user_id": f"u{i}"}, id=f"w{i}") for i in range(1, 5)] + [answer("done")],
+        {"loop_policy": {"after": 3, "action": "ask"}},
+        approve_repeat,
+    ),
+    # Budgets that ask: max_steps reached, raised by a person; and one nobody answers in time.
+    "budget_ask": (
+        [tool_use("save_note", {"title": f"n{i}", "text": "x"}, id=f"s{i}") for i in range(2)]
+        + [answer("done")],
+        {"limits": {"max_steps": 2}, "on_limit": "ask"},
+        raise_steps,
+    ),
+    "budget_timeout": (
+        [tool_use("save_note", {"title": f"n{i}", "text": "x"}, id=f"s{i}") for i in range(3)],
+        {"limits": {"max_steps": 1, "approval_timeout_seconds": 1}, "on_limit": "ask"},
+        nothing,
+    ),
+    # A sub-agent that tells its parent what it spends as it goes, until its share of the
+    # parent's cost budget is spent.
+    "subagent_spend": (
+        [{**tool_use("agent__looper", {"task": "loop"}, id="l1"), "usage": CALL_USAGE}, answer("never")],
+        {
+            "_children": {".sub-1": [{**tool_use("get_time"), "usage": CALL_USAGE, "repeat": True}]},
+            "_fields": spending_subagent_fields,
+            "limits": {"cost_budget_usd": 0.004},
+        },
+        nothing,
+    ),
+    # A steer: given to the model's next call with the tool's result, in the same user turn.
+    "steer": (
+        [tool_use("slow_upsert", {"key": "k", "seconds": 1.5}, id="s1"), answer("fini")],
+        {},
+        steer_during_tool,
+    ),
+    # Memory across sessions: the prompt's memories at start, then remember, recall, forget.
+    "memory": (
+        [
+            tool_use("remember", {"text": "prefers green tea", "key": "drink"}, id="r1"),
+            tool_use("recall", {"query": "tea"}, id="q1"),
+            tool_use("forget", {"key": "drink"}, id="f1"),
+            answer("done"),
+        ],
+        {"_fields": memory_fields},
         nothing,
     ),
 }

@@ -33,6 +33,7 @@ from a2a.types.a2a_pb2 import (
     Task,
     TaskState,
 )
+from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 from google.protobuf import struct_pb2
 from google.protobuf.json_format import ParseDict
 from temporalio.client import Client as TemporalClient
@@ -67,7 +68,9 @@ async def agent(
 ) -> AsyncIterator[Client]:
     """An A2A client for `user`, from the agent's card, speaking `version` of the protocol."""
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKENS[user]}"}, timeout=90) as http:
-        card = await A2ACardResolver(http, api.url).get_agent_card()
+        # A 1.0 client asks for the card it reads; a 0.3 client names no version.
+        asked = {"headers": {"A2A-Version": version}} if version != "0.3" else None
+        card = await A2ACardResolver(http, api.url).get_agent_card(http_kwargs=asked)
         keep = [i for i in card.supported_interfaces if i.protocol_version == version]
         del card.supported_interfaces[:]
         card.supported_interfaces.extend(keep)
@@ -115,7 +118,9 @@ def answer_of(task: Task) -> str:
 
 async def test_the_card_is_public_and_the_endpoint_needs_a_token(api: ApiProcess):
     async with httpx.AsyncClient() as http:
-        card = (await http.get(f"{api.url}/.well-known/agent-card.json")).json()
+        card = (
+            await http.get(f"{api.url}/.well-known/agent-card.json", headers={"A2A-Version": "1.0"})
+        ).json()
         for headers in ({}, {"Authorization": "Bearer wrong-token-000"}, {"Cookie": "agent_session=x"}):
             refused = await http.post(
                 f"{api.url}/a2a", headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "GetTask"}
@@ -130,7 +135,102 @@ async def test_the_card_is_public_and_the_endpoint_needs_a_token(api: ApiProcess
         (f"{api.url}/a2a", "1.0"),
         (f"{api.url}/a2a", "0.3"),
     }
-    assert card["url"] == f"{api.url}/a2a" and card["protocolVersion"] == "0.3"  # what 0.3 clients read
+
+
+async def test_each_protocol_version_gets_the_card_it_defines(api: ApiProcess):
+    """A2A 1.0 (section 8, AgentCard; the A2A-Version header, absent meaning 0.3): the 1.0
+    card has its interfaces in `supportedInterfaces` and each security scheme as one
+    member (`httpAuthSecurityScheme`); the 0.3 card has `url`, `protocolVersion` and
+    `preferredTransport`, and each scheme as `{type, scheme}`. Neither carries the other's
+    keys; both come from one definition."""
+    async with httpx.AsyncClient() as http:
+        cards = {
+            asked: await http.get(f"{api.url}/.well-known/agent-card.json", headers=headers)
+            for asked, headers in [("1.0", {"A2A-Version": "1.0"}), ("1.0.0", {"A2A-Version": "1.0.0"}),
+                                   ("0.3", {"A2A-Version": "0.3"}), ("none", {})]
+        }  # fmt: skip
+    modern, legacy = cards["1.0"].json(), cards["0.3"].json()
+    bearer = {"scheme": "bearer", "description": "a token of the API's users (AGENT_API_USERS)"}
+    assert modern["securitySchemes"] == {"bearer": {"httpAuthSecurityScheme": bearer}}
+    assert not {"url", "protocolVersion", "preferredTransport", "additionalInterfaces", "security"} & set(
+        modern
+    )
+    assert modern["securityRequirements"] == [{"schemes": {"bearer": {}}}]
+    assert legacy["securitySchemes"] == {"bearer": {"type": "http", **bearer}}
+    assert legacy["security"] == [{"bearer": []}]
+    assert (legacy["url"], legacy["protocolVersion"], legacy["preferredTransport"]) == (
+        f"{api.url}/a2a",
+        "0.3",
+        "JSONRPC",
+    )
+    assert not {"supportedInterfaces", "securityRequirements"} & set(legacy)
+    for key in ("name", "description", "version", "skills", "defaultInputModes", "defaultOutputModes"):
+        assert json.dumps(modern[key], sort_keys=True) == json.dumps(legacy[key], sort_keys=True), key
+    assert modern["capabilities"]["streaming"] is legacy["capabilities"]["streaming"] is True
+    assert cards["1.0.0"].json() == modern and cards["none"].json() == legacy
+    async with httpx.AsyncClient() as http:  # the version as a request parameter, as the spec allows
+        asked = await http.get(f"{api.url}/.well-known/agent-card.json", params={"A2A-Version": "1.0"})
+    assert asked.json() == modern
+    assert all(c.status_code == 200 and "A2A-Version" in c.headers["vary"] for c in cards.values())
+
+
+async def test_get_task_refuses_a_negative_history_length(api: ApiProcess, fake_model: FakeModelServer):
+    """GetTask's `historyLength` (A2A 1.0, 3.1.3): a negative value is invalid params, -32602."""
+    session_id = new_id()
+    fake_model.script.set(session_id, [answer("Hi.")])
+    async with agent(api, "alice") as alice:
+        task = await send(alice, message(text="hi", context_id=session_id))
+        assert (await alice.get_task(GetTaskRequest(id=task.id, history_length=0))).id == task.id
+        with pytest.raises(InvalidParamsError, match="historyLength"):
+            await alice.get_task(GetTaskRequest(id=task.id, history_length=-1))
+        with pytest.raises(InvalidParamsError, match="historyLength"):
+            await alice.send_message(
+                SendMessageRequest(
+                    message=message(text="again", context_id=session_id),
+                    configuration=SendMessageConfiguration(history_length=-1),
+                )
+            ).__anext__()
+    answered = await rpc(api, "GetTask", {"id": task.id, "historyLength": -1})
+    assert answered["error"]["code"] == -32602, answered
+
+
+async def test_a_message_to_a_task_that_has_ended_is_an_unsupported_operation(
+    api: ApiProcess, fake_model: FakeModelServer
+):
+    """A2A 1.0 (3.1.1, 3.3.4): a task in a terminal state takes no more messages; sending
+    one answers UnsupportedOperationError, -32004. Cancelled or completed alike, and a chat's
+    earlier turn, which completed, too."""
+    chat, ended = new_id(), new_id()
+    fake_model.script.set(chat, [answer("One."), answer("Two.")])
+    fake_model.script.set(ended, [tool_use("wait_for_cancel", {"seconds": 60}, id="w1")])
+    async with agent(api, "alice") as alice:
+        first = await send(alice, message(text="one", context_id=chat))
+        second = await send(alice, message(text="two", context_id=chat))
+        assert (first.status.state, second.status.state) == (TaskState.TASK_STATE_COMPLETED,) * 2
+        cancelled = await send(alice, message(text="wait", context_id=ended), immediately=True)
+        await alice.cancel_task(CancelTaskRequest(id=cancelled.id))
+        for task in (first, second, cancelled):
+            for sent in (
+                message(text="more", task_id=task.id),
+                message(data={"approve": "w1"}, task_id=task.id),
+            ):
+                with pytest.raises(UnsupportedOperationError, match="has ended"):
+                    await send(alice, sent)
+    answered = await rpc(api, "SendMessage", {"message": {
+        "messageId": uuid.uuid4().hex, "role": "ROLE_USER", "taskId": first.id, "parts": [{"text": "more"}],
+    }})  # fmt: skip
+    assert answered["error"]["code"] == -32004, answered
+
+
+async def rpc(api: ApiProcess, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One JSON-RPC request to /a2a as alice at A2A 1.0, written by hand."""
+    async with httpx.AsyncClient(timeout=90) as http:
+        answered = await http.post(
+            f"{api.url}/a2a",
+            headers={"Authorization": f"Bearer {TOKENS['alice']}", "A2A-Version": "1.0"},
+            json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+        )
+    return answered.json()
 
 
 async def test_a_chat_with_an_approval_survives_a_restart_and_stays_its_users(
@@ -179,8 +279,9 @@ async def test_a_chat_with_an_approval_survives_a_restart_and_stays_its_users(
             (first.id, "Sent it."),
             (second.id, "Nothing else."),
         ]
-        with pytest.raises(Exception, match="no task"):
-            await bob.list_tasks(ListTasksRequest(context_id=session_id))
+        # Another user's context reads as one no session has: an empty list (A2A 1.0).
+        theirs = await bob.list_tasks(ListTasksRequest(context_id=session_id))
+        assert list(theirs.tasks) == [] and theirs.total_size == 0 and not theirs.next_page_token
 
 
 async def test_a_send_that_returns_at_once_then_get_and_cancel(api: ApiProcess, fake_model: FakeModelServer):

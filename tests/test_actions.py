@@ -26,7 +26,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from bench.billing import Actions, count
 from bench.economy import HEARTBEATS, REJECTED, metrics_url, scrape
 from devservers.fakemodel import FakeModelServer
-from sessions import control
+from sessions import control, listing
 from sessions.archive import whole_history
 from tests.conftest import Harness, answer, model_activities, tool_use
 from tests.support.billing import LA_BATCH_OFF_BY_ONE
@@ -293,7 +293,7 @@ async def test_refused_updates_are_counted_and_survive_a_replay(
         await handle.execute_update(AgentWorkflow.approve_call, Decision(tool_use_id="e2"))
         result: SessionStatus = await asyncio.wait_for(handle.result(), 60)
         history = await control.history(client, handle.id)
-        rows = {row["session_id"]: row for row in await control.list_sessions(client, limit=200)}
+        rows = {r.session_id: r.summary() for r in await listing.rows(client, listing.Filter(), limit=200)}
     heartbeats, rejected = await counters.since()
     ended = await control.status(client, handle.id)  # no worker runs
     total = await counted(client, handle.id, heartbeats)

@@ -24,7 +24,14 @@ from tests.support.reliability import record
 from tests.test_watch import EMAIL, cli_env, wait_for_status
 from workflows.agent import AgentWorkflow
 from workflows.contract import SessionHistory, SessionStatus
-from workflows.records import PendingApproval, ReceivedEvent, ToolCallRecord, TraceTurn
+from workflows.records import (
+    OutputStreak,
+    PendingApproval,
+    PendingMessage,
+    ReceivedEvent,
+    ToolCallRecord,
+    TraceTurn,
+)
 from workflows.state import Ending, SessionState
 
 AREA = "Agents"
@@ -293,19 +300,27 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
     goal = Message(role="user", content=[TextBlock(text="the goal")])
     calls = {
         f"u{i}": ToolCallRecord(
-            tool_use_id=f"u{i}", step=i, name="save_note", input=NOTE, status="done", output="saved"
+            tool_use_id=f"u{i}",
+            step=i,
+            name="save_note",
+            input=NOTE,
+            status="done",
+            output="saved",
+            output_digest="d",
         )
         for i in (1, 2)
     }
     source = SessionState(
         started_at=t0, runs=3, messages=[goal, uses[0], results[0], uses[1], results[1]], unsent=[results[1]],
         transcript_ref="ref", specs=[spec], calls=calls, trace=[turn(1, 1), turn(2, 1)], repeats={"x": 2},
-        steps=2, usage=Usage(input_tokens=99), cost_usd=9.0, paused=True, idle=True, closing=True, queue=["next"],
+        steps=2, usage=Usage(input_tokens=99), cost_usd=9.0, paused=True, idle=True, closing=True,
+        pending=[PendingMessage(id=3, mode="queue", text="next")],
         user_turns=2, answer="a", run_started_at=t0, cancel_requested="stop", ending=Ending(status="cancelled"),
         updated_at=t0 + timedelta(hours=1), transcript_resends=5, subagent_runs=2, model_in_use="openai:gpt-4o",
         child_approvals={"s.sub-2": [PendingApproval(tool_use_id="c", name="n", input={})]}, child_waits=["s.sub-2"],
         worked_seconds=12.5, working_since=t0, run_worked_from=2.0,
-        undelivered_events=[ReceivedEvent(name="build", data={"ok": True}, at=t0)],
+        undelivered_events=[ReceivedEvent(name="build", data={"ok": True}, at=t0)], last_message_id=4, steered=True,
+        output_streaks={"save_note": OutputStreak(digest="d", count=2)},
     )  # fmt: skip
     fork = forked_state("s", source, 1, None)
 
@@ -316,9 +331,15 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
     assert list(fork.calls) == ["u1"] and fork.trace == source.trace[:1] and fork.steps == 1
     assert fork.usage == Usage(input_tokens=10, output_tokens=1) and fork.cost_usd == 0.5
     assert fork.transcript_resends == 1 and fork.repeats == {calls["u1"].repeat_key(): 1}
+    assert fork.output_streaks == {"save_note": OutputStreak(digest="d", count=1)}
     assert (fork.user_turns, fork.answer) == (1, None)
     # a new session's first run
-    assert (fork.runs, fork.paused, fork.idle, fork.closing, fork.queue) == (0, False, False, False, [])
+    assert (fork.runs, fork.paused, fork.idle, fork.closing, fork.pending) == (0, False, False, False, [])
+    older = SessionState.model_validate(
+        {"started_at": t0, "messages": [goal], "user_turns": 2, "queue": ["next"]}
+    )
+    assert older.pending == source.pending  # the queue of runs before `pending`, read
+    assert (fork.last_message_id, fork.steered) == (None, False)
     assert (fork.run_started_at, fork.cancel_requested, fork.ending, fork.updated_at) == (
         None,
         None,
@@ -332,10 +353,11 @@ def test_a_fork_copies_the_whole_state_and_changes_only_what_it_must():
     # everything else as it was
     assert fork.specs == [spec] and fork.subagent_runs == 2 and fork.started_at == t0
     changed = {"messages", "unsent", "transcript_ref", "calls", "trace", "steps", "usage", "cost_usd",
-               "transcript_resends", "repeats", "user_turns", "answer", "runs", "paused", "idle", "closing", "queue",
+               "transcript_resends", "repeats", "user_turns", "answer", "runs", "paused", "idle", "closing", "pending",
+               "last_message_id", "steered",
                "run_started_at", "cancel_requested", "ending", "updated_at", "stream_state", "child_approvals",
                "child_waits", "model_in_use", "worked_seconds", "working_since", "run_worked_from",
-               "undelivered_events"}  # fmt: skip
+               "undelivered_events", "output_streaks"}  # fmt: skip
     for field in SessionState.model_fields.keys() - changed:
         assert getattr(fork, field) == getattr(source, field), field
     # and shares nothing with the source

@@ -8,6 +8,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
 
 from devservers import temporal_server
 from devservers.fakemodel import FakeModelServer
@@ -115,6 +117,7 @@ async def test_openapi_and_docs_describe_every_endpoint(api: ApiProcess):
             "close",
             "events",
             "history",
+            "limits",
         ]:
             assert f"/v1/sessions/{{session_id}}/{action}" in paths
         assert set(paths["/v1/sessions"]) == {"get", "post"}
@@ -275,13 +278,21 @@ async def test_another_users_session_is_unknown_to_them_everywhere(
             ("POST", "/approve", {"tool_use_id": "e1"}), ("POST", "/deny", {"tool_use_id": "e1"}),
             ("POST", "/pause", None), ("POST", "/resume", None), ("POST", "/cancel", {}),
             ("POST", "/messages", {"text": "hi"}), ("POST", "/close", None),
-            ("POST", "/events", {"name": "build"}),
+            ("POST", "/events", {"name": "build"}), ("POST", "/limits", {"decline": True}),
+            ("POST", "/limits", {"name": "max_steps", "value": 50}),
         ]:  # fmt: skip
             response = await bob.request(method, f"/v1/sessions/{session_id}{path}", json=body)
             error = assert_error(response, 404, "SessionNotFound")
             # Word for word what an unknown id gets, but for the id itself.
             assert error["message"].replace(session_id, "no-such-session") == unknown["error"]["message"]
         assert (await alice.get(f"/v1/sessions/{session_id}")).json()["status"] == "waiting_approval"
+        refused = await alice.post(f"/v1/sessions/{session_id}/limits", json={"decline": True})
+        assert "is not waiting at a limit" in assert_error(refused, 409)["message"]
+        assert_error(await alice.post(f"/v1/sessions/{session_id}/limits", json={"name": "max_steps"}), 422)
+        raised = await alice.post(
+            f"/v1/sessions/{session_id}/limits", json={"name": "max_steps", "value": 30}
+        )
+        assert raised.status_code == 200 and raised.json()["limits"]["max_steps"] == 30, raised.text
         # An operator sees and steers it; the decision is hers.
         assert (await olga.get(f"/v1/sessions/{session_id}")).status_code == 200
         denied = await olga.post(
@@ -601,3 +612,45 @@ async def test_without_a_users_file_it_prints_a_local_url_with_a_token(
             }
     finally:
         server.stop()
+
+
+async def test_a_user_sees_and_forgets_only_their_own_memories(api: ApiProcess, client: Client):
+    from activities.memory import Memory, MemoryInput, scope_id
+    from workflows.memory import MemoryWorkflow
+
+    at = datetime.now(UTC)
+    scope = scope_id("alice", None)
+    handle = await client.start_workflow(
+        MemoryWorkflow.run, MemoryInput(memories=[Memory(key="drink", text="green tea", at=at)]), id=scope,
+        task_queue=api.env["TEMPORAL_TASK_QUEUE"], id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+    )  # fmt: skip
+    async with api.client("alice") as alice, api.client("bob") as bob, api.client("olga") as olga:
+        mine = (await alice.get("/v1/memory")).json()
+        assert mine["user"] == "alice" and [m["key"] for m in mine["memories"]] == ["drink"]
+        for asked in ({}, {"user": "alice"}):  # bob is not an operator: he gets his own
+            theirs = (await bob.get("/v1/memory", params=asked)).json()
+            assert theirs["user"] == "bob" and theirs["memories"] == []
+        assert_error(await bob.delete("/v1/memory/drink", params={"user": "alice"}), 404)
+        seen = (await olga.get("/v1/memory", params={"user": "alice"})).json()
+        assert [m["text"] for m in seen["memories"]] == ["green tea"]
+        assert (await alice.delete("/v1/memory/drink")).json()["memories"] == []
+        assert_error(await alice.delete("/v1/memory/drink"), 404)
+        assert_error(await alice.get("/v1/memory", params={"agent": "../x"}), 422)
+    await handle.terminate()
+
+
+async def test_a_budget_that_asks_is_raised_over_http(api: ApiProcess, fake_model: FakeModelServer):
+    notes = [tool_use("save_note", {"title": f"n{i}", "text": "x"}, id=f"s{i}") for i in range(2)]
+    async with api.client("alice") as alice:
+        started = await start(alice, fake_model, [*notes, answer("done")], max_steps=1, on_limit="ask")
+        session_id = started["session_id"]
+        waiting = await wait_status(alice, session_id, "waiting_budget")
+        assert waiting["limit_reached"]["name"] == "max_steps" and waiting["limit_reached"]["used"] == 1
+        too_low = await alice.post(
+            f"/v1/sessions/{session_id}/limits", json={"name": "max_steps", "value": 1}
+        )
+        assert "above what is used" in assert_error(too_low, 409)["message"]
+        raised = await alice.post(f"/v1/sessions/{session_id}/limits", json={"name": "max_steps", "value": 3})
+        assert raised.status_code == 200 and raised.json()["limits"]["max_steps"] == 3, raised.text
+        done = await wait_status(alice, session_id, "completed")
+        assert done["steps"] == 3 and done["limit_reached"] is None

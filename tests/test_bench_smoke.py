@@ -56,18 +56,18 @@ def test_quick_benchmark_writes_the_report(tmp_path: Path):
 
 @pytest.mark.slow
 @pytest.mark.process
-def test_quick_scale_scenario_completes_every_session(tmp_path: Path):
+def test_quick_load_scenario_completes_every_session(tmp_path: Path):
     """100 sessions at once (`pytest -m slow`: beside the whole suite on two cores they
     outlast the quick mode's limit)."""
     out = tmp_path / "docs"
     run = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--out", str(out), "--only", "project", "--scenarios", "scale"],
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out), "--only", "project", "--scenarios", "load"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     page = (out / "benchmarks.md").read_text()
-    assert "## Scale:" in page
-    assert "| 100 | 100 |" in page  # the scale scenario's sessions, all completed
+    assert "## Load:" in page
+    assert "| 100 | 100 |" in page  # the load scenario's sessions, all completed
 
 
 @pytest.mark.process
@@ -91,6 +91,29 @@ def test_quick_economy_writes_its_table(tmp_path: Path):
     assert "What watching adds" in section
     assert "failed" not in section.lower()
     assert "## Failures seen in this run" not in page
+
+
+@pytest.mark.process
+def test_quick_scale_scenario_measures_waiting_sessions(tmp_path: Path):
+    """20 sessions waiting for an approval on the defaults (worker.py without flags, api.py),
+    all approved through the API; the measured section of the sizing page is written."""
+    out = tmp_path / "docs"
+    run = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out), "--scenarios", "scale"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    page = (out / "sizing.md").read_text()
+    assert "## Measured: sessions waiting for a person" in page and "| N = 20 |" in page
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in page.splitlines() if line.startswith("| ")}
+    assert rows["errors"].startswith("| errors | 0 |"), rows["errors"]
+    for figure in (
+        "sessions started a second",
+        "approval to completion, p99",
+        "one page of GET /v1/sessions",
+    ):
+        row = next(line for name, line in rows.items() if name.startswith(figure))
+        assert "—" not in row, row  # measured
 
 
 def _event(kind: str, **attributes) -> HistoryEvent:

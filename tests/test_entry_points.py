@@ -90,6 +90,15 @@ async def test_status_imports_no_provider_mcp_or_web_framework(harness: Harness,
     assert '"status": "completed"' in run.stdout, run.stdout
     assert "temporalio" in names  # it did talk to Temporal
     assert not names & HEAVY, sorted(names & HEAVY)
+    loaded = {
+        line.rsplit("|", 1)[1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")
+    }
+    # A command that needs the client alone loads neither the follower, nor the start
+    # input's checks, nor the schedules or the fork, nor an HTTP client: each is a tenth of
+    # a second or more of the call (`client.py status` took 0.6 s with them, about 0.45 s without).
+    unused = {"cli.watch", "sessions.live_text", "sessions.start_input", "sessions.schedules", "sessions.fork",
+              "httpx", "httpx2"}  # fmt: skip
+    assert not loaded & unused, sorted(loaded & unused)
 
 
 # ---- one rule for a start input, at both edges --------------------------------------------

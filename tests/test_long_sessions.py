@@ -53,10 +53,11 @@ async def test_chat_idle_timeout_ends_the_session(harness: Harness):
     assert result.status == "completed" and result.stop_reason == "idle_timeout"
 
 
-async def test_messages_need_a_chat_session(harness: Harness):
+async def test_queued_messages_need_a_chat_session(harness: Harness):
+    """A session that is not a chat takes steers (tests/test_steer.py), never a queued message."""
     handle = await harness.start([{**answer("done"), "delay": 1}])
     with pytest.raises(WorkflowUpdateFailedError) as err:
-        await handle.execute_update("send_message", UserMessage(text="more"), result_type=int)
+        await handle.execute_update("send_message", UserMessage(text="more", mode="queue"), result_type=int)
     assert "not a chat session" in str(err.value.cause)
     with pytest.raises(WorkflowUpdateFailedError):
         await handle.execute_update("close_session", result_type=str)

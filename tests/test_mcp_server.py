@@ -35,6 +35,7 @@ MODERN, LEGACY = "2026-07-28", "legacy"
 TOOLS = {
     "start_session", "get_session", "list_sessions", "list_agents", "wait_for_session", "approve_tool_call",
     "deny_tool_call", "send_message", "pause_session", "resume_session", "close_session", "cancel_session",
+    "raise_limit", "decline_limit", "list_memories", "forget_memory",
 }  # fmt: skip
 MCP_USER = "mcp:" + control.cli_user().removeprefix("cli:")
 

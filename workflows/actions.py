@@ -32,12 +32,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from jsonschema.protocols import Validator
 
+    from workflows import messages
     from workflows.contract import (
         INVALID_TOOL_INPUT,
         TIMED_OUT,
         CancelRequest,
         Decision,
         EventInput,
+        LimitDecline,
+        LimitRaise,
         ToolCallRecord,
         UserMessage,
     )
@@ -71,7 +74,7 @@ def signalled(
 # ---- who decides --------------------------------------------------------------------------
 
 
-def check_decider(request: Decision | CancelRequest) -> None:
+def check_decider(request: Decision | CancelRequest | LimitRaise | LimitDecline) -> None:
     """No caller records the session's own decider, `timeout`."""
     if _names_reserved(request):
         raise ValueError(
@@ -80,7 +83,7 @@ def check_decider(request: Decision | CancelRequest) -> None:
 
 
 def _names_reserved(payload: Any) -> bool:
-    return isinstance(payload, Decision | CancelRequest) and TIMED_OUT in (
+    return isinstance(payload, Decision | CancelRequest | LimitRaise | LimitDecline) and TIMED_OUT in (
         payload.decided_by,
         payload.on_behalf_of,
     )
@@ -242,19 +245,12 @@ def take_event(session: Session, event: EventInput) -> str:
 
 
 def check_send(session: Session, message: UserMessage) -> None:
-    session.refuse_if_finished("take a message")
-    if not session.input.chat:
-        raise ValueError(f"session {session.id} is not a chat session (start one with --chat)")
-    if session.state.closing:
-        raise ValueError(f"session {session.id} is closing; it takes no more messages")
+    messages.check_send(session, message)
 
 
 def send(session: Session, message: UserMessage) -> int:
-    """Queue a user message; its position among the user turns (the goal is 1)."""
-    state = session.state
-    state.queue.append(message.text)
-    session.view.changed()
-    return state.user_turns + len(state.queue)
+    """Keep a user message for the model (workflows/messages.py); its id (the goal is 1)."""
+    return messages.send(session, message)
 
 
 def check_close(session: Session) -> None:
@@ -269,6 +265,6 @@ def close(session: Session) -> str:
     state = session.state
     state.closing = True
     session.view.changed()
-    if not state.idle or state.queue:
+    if not state.idle or state.pending:
         return "closing: the session ends after the messages already sent"
     return "closed"

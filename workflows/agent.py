@@ -22,16 +22,21 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
     from temporalio.contrib.workflow_streams import WorkflowStream
 
-    from activities.wire import ContentBlock, Message, TextBlock
-    from workflows import actions, archive
+    from activities.memory import recall
+    from activities.tools import ToolActivities
+    from activities.wire import ContentBlock, Message, TextBlock, ToolOutcome, ToolRequest
+    from workflows import actions, archive, budgets, messages, options
     from workflows.contract import (
         CancelRequest,
         Decision,
         EventInput,
+        LimitDecline,
+        LimitRaise,
         SessionHistory,
         SessionInput,
         SessionStatus,
         UserMessage,
+        memory_scope,
     )
     from workflows.events import EVENT_TOPIC, Answered, ContinuedAsNew, UserMessageTaken
     from workflows.model_calls import ModelCaller
@@ -75,6 +80,7 @@ class AgentWorkflow:
         self.subagents = SubAgents(self.session, self.clock)
         self.typed = TypedAnswers(self.session) if input.output_schema is not None else None
         self.tools = ToolRunner(self.session, self.subagents, self._wants_handover, self.typed)
+        self.budgets = budgets.Budgets(self.session, self._wants_handover)
         view.on_change = self.subagents.tell_parent
 
     @workflow.run
@@ -209,6 +215,31 @@ class AgentWorkflow:
     def event(self, event: EventInput | None = None) -> None:
         actions.signalled(self.session, "event", actions.check_event, actions.take_event, event)
 
+    @workflow.update(name="raise_limit")
+    def raise_limit(self, request: LimitRaise) -> str:
+        return budgets.raise_limit(self.session, request)
+
+    @raise_limit.validator
+    def _check_raise_limit(self, request: LimitRaise) -> None:
+        budgets.check_raise(self.session, request)
+
+    @workflow.signal(name="raise")
+    def raise_(self, request: LimitRaise | None = None) -> None:
+        actions.signalled(self.session, "raise", budgets.check_raise, budgets.raise_limit, request)
+
+    @workflow.update(name="decline_limit")
+    def decline_limit(self, request: LimitDecline) -> str:
+        return budgets.decline_limit(self.session, request)
+
+    @decline_limit.validator
+    def _check_decline_limit(self, request: LimitDecline) -> None:
+        budgets.check_decline(self.session, request)
+
+    @workflow.signal(name="decline")
+    def decline(self, request: LimitDecline | None = None) -> None:
+        request = request or LimitDecline()  # a bare decline: no reason given
+        actions.signalled(self.session, "decline", budgets.check_decline, budgets.decline_limit, request)
+
     @workflow.update(name="close_session")
     def close_session(self) -> str:
         return actions.close(self.session)
@@ -236,6 +267,9 @@ class AgentWorkflow:
         if problem:
             session.finish("failed", error=problem)
             return
+        agent = session.input.agent
+        if agent is not None and agent.memory_prompt and state.memory_note is None and state.steps == 0:
+            state.memory_note = await self._memories_for_prompt(agent.memory_prompt)
         while True:
             if not state.idle:
                 ended = await self._run_with_limits()
@@ -247,8 +281,8 @@ class AgentWorkflow:
                     Answered(status=ended.status, stop_reason=ended.stop_reason, answer=state.answer)
                 )
                 session.view.changed()
-            if state.queue:
-                self._take_message(state.queue.pop(0))
+            if (message := messages.take_next(session)) is not None:
+                self._take_message(message.text)
                 continue
             if state.closing:
                 session.finish("completed")
@@ -257,6 +291,23 @@ class AgentWorkflow:
                 raise HandOver()
             if not await self._wait_for_input():
                 return
+
+    async def _memories_for_prompt(self, count: int) -> str:
+        """The user's `count` memories most relevant to the goal, for the system prompt (the
+        state records them: a replay or a fork sees the same ones). A failure leaves none."""
+        session = self.session
+        request = ToolRequest(
+            session_id=session.id, user_id=session.input.user_id, tool_use_id="memory-prompt",
+            name=recall.name, input={"query": session.input.goal[:2000], "limit": count},
+            max_output=session.input.limits.max_tool_output, memory_scope=memory_scope(session.input),
+        )  # fmt: skip
+        try:
+            found: ToolOutcome = await session.temporal.activity(
+                ToolActivities.run_tool, request, options.run_tool(recall.spec), summary="recall memories"
+            )
+        except Failed:
+            return ""
+        return "" if found.is_error or found.content.startswith("no memories") else found.content
 
     async def _list_tools(self) -> str | None:
         """Record the session's tools (the worker's, its MCP servers', its sub-agents'); why it cannot, or None."""
@@ -278,7 +329,7 @@ class AgentWorkflow:
         """Wait idle for the next message; False when the session ended meanwhile."""
         session, state = self.session, self.session.state
         came = await self.temporal.wait(
-            lambda: bool(state.queue) or state.closing or state.cancel_requested is not None
+            lambda: bool(state.pending) or state.closing or state.cancel_requested is not None
             or self._wants_handover(),
             timeout=session.input.idle_timeout_seconds,
             summary=f"idle {fmt_duration(session.input.idle_timeout_seconds)}",
@@ -354,22 +405,24 @@ class AgentWorkflow:
             await wait_while_paused(self.session)
             if uses := state.unanswered_uses():
                 await self.tools.run_all(uses)
-                self.model.check_budgets()  # sub-agents spend the session's tokens too
+                await self.budgets.check()  # sub-agents spend the session's tokens too
                 if self.typed is not None:
                     self.typed.after_tools()
                 continue
             if self._wants_handover():
                 raise HandOver()
-            if state.steps >= self.session.input.limits.max_steps:
-                raise Finished("stopped", stop_reason="max_steps")
+            if state.steps >= self.session.limits.max_steps:
+                await self.budgets.at_max_steps()
+                continue
+            messages.deliver_steers(self.session)
             reply = await self.model.call()
             self.model.record(reply)
-            self.model.check_budgets()
+            await self.budgets.check()
             stop = reply.stop_reason
             if stop == "tool_use" and reply.message.tool_uses():
                 continue  # its tools run at the top of the loop
-            if stop == "pause_turn":
-                continue
+            if stop == "pause_turn" or (stop in ("end_turn", "tool_use") and state.steers()):
+                continue  # a steer sent meanwhile gets one more call of this run
             if stop in ("end_turn", "tool_use"):
                 if self.typed is not None:
                     self.typed.text_answer(reply)

@@ -7,14 +7,23 @@ import json
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from activities.memory import scope_id
 from activities.wire import ContentBlock, DocumentBlock, ImageBlock, Message, StoredSource, Usage
 from activities.wire import ModelSettings as ModelSettings  # a wire type, re-exported
 from infra.model_names import DEFAULT_MODEL
 from workflows.records import CallStatus as CallStatus  # a wire type, re-exported
 from workflows.records import Fallback as Fallback  # a wire type, re-exported
-from workflows.records import Notifications, PendingApproval, RunStatus, ToolCallRecord, TraceTurn
+from workflows.records import (
+    LimitReached,
+    Notifications,
+    PendingApproval,
+    Repeat,
+    RunStatus,
+    ToolCallRecord,
+    TraceTurn,
+)
 from workflows.state import SessionState
 
 FINAL_STATUSES = ("completed", "stopped", "failed", "cancelled")
@@ -26,7 +35,9 @@ INVALID_TOOL_INPUT = "InvalidToolInput"
 # The `decided_by` of a call denied because no one decided before its approval deadline:
 # the session's own, which no caller may record (workflows/actions.py `check_decider`).
 TIMED_OUT = "timeout"
-SessionStopReason = Literal["max_steps", "token_budget", "timeout", "cost_budget", "max_tokens", "refusal"]
+SessionStopReason = Literal[
+    "max_steps", "token_budget", "timeout", "cost_budget", "max_tokens", "refusal", "loop"
+]
 MAX_FALLBACK_MODELS = 5
 DEFAULT_SYSTEM = "You are a careful assistant. Use the tools when they help, then answer briefly."
 
@@ -64,8 +75,36 @@ class Limits(BaseModel):
     # A call that waits for approval this long (wall time) is denied; None: it waits on.
     approval_timeout_seconds: float | None = Field(default=None, gt=0, le=365 * 24 * 3600)
 
+    def raised(self, raised: dict[str, float]) -> Limits:
+        """These limits with the ones a person raised (`SessionState.raised_limits`)."""
+        if not raised:
+            return self
+        update = {
+            LIMIT_FIELDS[name]: value if name == "cost_budget" else int(value)
+            for name, value in raised.items()
+        }
+        return self.model_copy(update=update)
+
+
+# The limits `on_limit = "ask"` waits at, by their names in `raise_limit`, and their `Limits` fields.
+LimitName = Literal["max_steps", "token_budget", "cost_budget"]
+LIMIT_FIELDS: dict[str, str] = {
+    "max_steps": "max_steps",
+    "token_budget": "token_budget",
+    "cost_budget": "cost_budget_usd",
+}
+
 
 ApprovalRule = Literal["always", "never", "tool"]
+
+
+class LoopPolicy(BaseModel):
+    """What a session does when the model repeats a call (workflows/loops.py): from the
+    `after`-th repeat on, tell the model (`note`), ask a person (`ask`) or stop (`stop`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    after: int = Field(ge=2, le=1000)
+    action: Literal["note", "ask", "stop"]
 
 
 class AgentSpec(BaseModel):
@@ -79,6 +118,11 @@ class AgentSpec(BaseModel):
     # Per tool name or glob ("files__*"): always wait for a person, never, or the tool's rule.
     approval: dict[str, ApprovalRule] = Field(default_factory=dict)
     subagents: list[SubAgent] = Field(default_factory=list)
+    # Whose memories its `remember`, `recall` and `forget` reach: the user's for this agent
+    # (`agent`), or the user's own, shared by every agent that says `user` (activities/memory.py).
+    memory: Literal["agent", "user"] = "agent"
+    # The user's most relevant memories (to the goal) put in the system prompt at start: how many.
+    memory_prompt: int = Field(default=0, ge=0, le=50)
 
     def approval_rule(self, tool: str) -> ApprovalRule:
         """The rule for `tool`: an exact key first, then the first glob that matches."""
@@ -104,6 +148,7 @@ class SubAgent(BaseModel):
     model_settings: ModelSettings | None = None
     fallback_models: list[str] = Field(default_factory=list)
     fallback_prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    loop_policy: LoopPolicy | None = None
 
 
 class Attachment(BaseModel):
@@ -136,6 +181,9 @@ class ParentLink(BaseModel):
 
     session_id: str
     tool_use_id: str
+    # Whether the child tells its parent what it spends as it goes (workflows/subagents.py);
+    # children started before it never did, and a replay of theirs must not.
+    tells_spend: bool = False
 
 
 class SessionInput(BaseModel):
@@ -174,6 +222,10 @@ class SessionInput(BaseModel):
     notify: list[str] = Field(default_factory=list, max_length=10)
     # Thinking, temperature, top_p, stop sequences, tool choice (None: the model's defaults).
     model_settings: ModelSettings | None = None
+    # What a repeated call does (None: the model is told at the third identical call).
+    loop_policy: LoopPolicy | None = None
+    # At max_steps, token_budget or cost_budget: stop (None too), or ask a person to raise it.
+    on_limit: Literal["stop", "ask"] | None = None
     # The session's state: filled in by the session itself when it continues as new, or
     # by `fork` with the state of another session after one of its steps.
     state: SessionState | None = None
@@ -227,6 +279,9 @@ class SessionInput(BaseModel):
 
 class UserMessage(BaseModel):
     text: str = Field(min_length=1, max_length=200_000)
+    # `queue`: after the run's answer (a chat's default); `steer`: at the model's next call in
+    # the current run (the default otherwise). workflows/messages.py.
+    mode: Literal["queue", "steer"] | None = None
 
     @field_validator("text")
     @classmethod
@@ -269,6 +324,15 @@ class WaitingFor(BaseModel):
     until: datetime
 
 
+class PendingMessageView(BaseModel):
+    """A pending message as `status` shows it: its id, mode, length and when it was sent."""
+
+    id: int
+    mode: Literal["queue", "steer"]
+    chars: int
+    sent_at: datetime | None = None
+
+
 class StuckTask(BaseModel):
     """Why a running session makes no progress: its workflow task fails, over and over."""
 
@@ -292,6 +356,8 @@ class SessionStatus(BaseModel):
     chat: bool = False
     user_turns: int = 1
     queued_messages: int = 0
+    # Messages sent and not yet given to the model, oldest first (workflows/messages.py).
+    pending_messages: list[PendingMessageView] = Field(default_factory=list)
     runs: int = 1
     model: str
     # The model the latest step was made with: `model`, or a fallback model while one is in use.
@@ -316,6 +382,10 @@ class SessionStatus(BaseModel):
     # While `sleep` runs: when it wakes. While `wait_for_event` runs: what it waits for.
     wake_at: datetime | None = None
     waiting_for: WaitingFor | None = None
+    # The calls the model repeats, most repeated first (workflows/loops.py).
+    repeats: list[Repeat] = Field(default_factory=list)
+    # The limit a session with on_limit "ask" waits at (`waiting_budget`), or stopped at.
+    limit_reached: LimitReached | None = None
 
 
 class SessionHistory(BaseModel):
@@ -343,6 +413,23 @@ class Decision(BaseModel):
     on_behalf_of: str | None = Field(default=None, max_length=200)
 
 
+class LimitRaise(BaseModel):
+    """A new absolute limit for a session: above what it has used (workflows/budgets.py)."""
+
+    name: LimitName
+    value: float = Field(gt=0)
+    decided_by: str | None = Field(default=None, max_length=200)
+    on_behalf_of: str | None = Field(default=None, max_length=200)
+
+
+class LimitDecline(BaseModel):
+    """No more budget: the session waiting at a limit ends `stopped`, the limit its reason."""
+
+    reason: str | None = Field(default=None, max_length=2000)
+    decided_by: str | None = Field(default=None, max_length=200)
+    on_behalf_of: str | None = Field(default=None, max_length=200)
+
+
 class CancelRequest(BaseModel):
     reason: str | None = Field(default=None, max_length=2000)
     decided_by: str | None = Field(default=None, max_length=200)
@@ -350,3 +437,10 @@ class CancelRequest(BaseModel):
 
 
 AgentSpec.model_rebuild()
+
+
+def memory_scope(input: SessionInput) -> str:
+    """The memory workflow of the session's user: per agent, unless the agent says
+    `memory = "user"`; a session without an agent has the user's own."""
+    agent = input.agent
+    return scope_id(input.user_id, agent.name if agent is not None and agent.memory == "agent" else None)

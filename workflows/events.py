@@ -71,6 +71,8 @@ class ToolCallEnded(WorkflowEvent):
 
 class ApprovalRequested(_CallEvent):
     type: Literal["approval"] = "approval"
+    # Why it waits when no rule asked for a person: it repeats (the loop policy's `ask`).
+    reason: str | None = None
 
 
 class DecisionRecorded(WorkflowEvent):
@@ -108,6 +110,25 @@ class EventReceived(WorkflowEvent):
     name: str
 
 
+class LimitWait(WorkflowEvent):
+    """A session with on_limit "ask" reached a limit and waits for a person (`waiting_budget`)."""
+
+    type: Literal["limit_reached"] = "limit_reached"
+    name: str
+    limit: float
+    used: float
+    deadline: datetime | None = None
+
+
+class LimitRaised(WorkflowEvent):
+    """A person set a new limit (`raise_limit`): the session goes on if it waited at it."""
+
+    type: Literal["limit_raised"] = "limit_raised"
+    name: str
+    value: float
+    decided_by: str | None = None
+
+
 class Answered(WorkflowEvent):
     """A chat session answered and waits for the next message."""
 
@@ -121,6 +142,14 @@ class UserMessageTaken(WorkflowEvent):
     type: Literal["user_message"] = "user_message"
     turn: int
     text: str
+
+
+class MessageDelivered(WorkflowEvent):
+    """A person's message (`send_message`, id `id`) went to the model, in the call of `step`."""
+
+    type: Literal["message_delivered"] = "message_delivered"
+    id: int
+    step: int
 
 
 class ContinuedAsNew(WorkflowEvent):
@@ -147,8 +176,11 @@ SessionEvent = Annotated[
     | Sleeping
     | WaitingEvent
     | EventReceived
+    | LimitWait
+    | LimitRaised
     | Answered
     | UserMessageTaken
+    | MessageDelivered
     | ContinuedAsNew
     | SessionEnded
     | TextDelta

@@ -37,8 +37,9 @@ Counted, by Cloud's rules:
   the count in its input (`ModelRequest.refusals`) and the activity returns it in its result
   (`ModelReply.refusals`), which the workflow adds when it takes the result. A replay reads
   the result from history and counts the same; the input it schedules carries 0, and
-  Temporal does not compare an activity's input on replay. `status` shows the count at once
-  (the in-memory ones beside the recorded ones); a continue-as-new carries the ones in
+  Temporal does not compare an activity's input on replay. The `status` query shows the
+  count at once (the in-memory ones beside the recorded ones), the entry points' `status`
+  (a replay) once it is recorded; a continue-as-new carries the ones in
   memory in the new run's input, and the session's result (its final status) includes them.
 - **search-attribute upserts**: 1 each (workflows/view.py).
 - **child sessions**: 2 each, at their start.
@@ -52,8 +53,8 @@ held them in memory and lost them before a model call, a continue-as-new or the 
 end recorded them (the worker crashed, or evicted the session from its cache: a worker
 with `--max-cached-workflows 0` loses every refusal not recorded in the workflow task it
 came in), updates the worker refused before any validator ran (an unknown update name, input
-that does not decode) and those the server refused (a closed session), queries (each
-`status` is one more), the attempts of an activity that failed
+that does not decode) and those the server refused (a closed session), queries (the
+entry points' reads make none: sessions/reading.py), the attempts of an activity that failed
 other than by exhausting its retries or was cancelled (its result carries no attempt
 number), the heartbeats of the MCP tool listing and of failed attempts whose last beat
 was not recorded, and the workflow-task heartbeats of a local activity that runs longer

@@ -129,7 +129,7 @@ class ModelCaller:
             session_id=self.session.id,
             step=state.steps + 1,
             model=model,
-            system=input.system if input.output_schema is None else f"{input.system}\n\n{INSTRUCTION}",
+            system=self._system(),
             max_tokens=input.limits.max_tokens,
             tools=None if self.tools_sent else state.specs,
             tools_ref=tool_specs_text(state.specs)[1],
@@ -140,6 +140,13 @@ class ModelCaller:
             summarize_dropped=input.summarize_dropped,
             settings=self._settings(),
         )
+
+    def _system(self) -> str:
+        """The system prompt: the session's, the user's memories (if asked), the typed answer's instruction."""
+        system, note = self.session.input.system, self.state.memory_note
+        if note:
+            system += f"\n\nWhat you remember about this user from earlier sessions:\n{note}"
+        return system if self.session.input.output_schema is None else f"{system}\n\n{INSTRUCTION}"
 
     def _settings(self) -> ModelSettings | None:
         """The session's model settings for this call: its tool choice on a run's first
@@ -176,6 +183,7 @@ class ModelCaller:
         """The reply in the state: the message, usage and cost, a trace turn, its tool calls."""
         state, input, now = self.state, self.session.input, workflow.now()
         state.steps += 1
+        state.steered = False
         state.usage = state.usage + reply.usage
         price = input.price_of(self._model)
         turn_cost = price.cost(reply.usage) if price else None
@@ -208,14 +216,6 @@ class ModelCaller:
             )
         )  # fmt: skip
         self.session.view.changed()
-
-    def check_budgets(self) -> None:
-        """Stop as soon as a response passes the token or cost budget, before its tools run."""
-        limits, state = self.session.input.limits, self.state
-        if state.usage.total() > limits.token_budget:
-            raise Finished("stopped", stop_reason="token_budget")
-        if limits.cost_budget_usd is not None and (state.cost_usd or 0) > limits.cost_budget_usd:
-            raise Finished("stopped", stop_reason="cost_budget")
 
 
 def _falls_back(err: Failed) -> bool:

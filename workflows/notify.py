@@ -1,5 +1,6 @@
 """Notifications: a session tells outside systems (its `notify` URLs) that a call waits
-for approval, that it waits for an event, and that it has ended.
+for approval, that it waits for an event, that it waits at a limit (`limit_reached`, with
+on_limit "ask"), and that it has ended.
 
 Each notification is a workflow of its own, `SESSION.notify-N` (N counts the session's
 notifications, across continue-as-new), started by the session as a child that is left
@@ -42,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.notify import Delivery, Notification, NotifyActivities
     from workflows import options
     from workflows.contract import SessionInput
-    from workflows.records import PendingApproval
+    from workflows.records import LimitReached, PendingApproval
     from workflows.state import SessionState
     from workflows.temporal import Failed, Temporal
 
@@ -149,6 +150,12 @@ class Notifier:
     def waiting_event(self, name: str, until: datetime) -> None:
         """The session waits for the event `name`, until `until` at the latest."""
         self._send("waiting_event", {"name": name, "until": iso(until)})
+
+    def limit_reached(self, reached: LimitReached) -> None:
+        """The session waits at a limit for a person to raise it (on_limit "ask")."""
+        self._send(
+            "limit_reached", {"limit": {"name": reached.name, "limit": reached.limit, "used": reached.used}}
+        )
 
     async def ended(self) -> None:
         """The session has ended: start the `ended` notification and wait for its start only."""

@@ -17,6 +17,7 @@ RunStatus = Literal[
     "running",
     "paused",
     "waiting_approval",
+    "waiting_budget",
     "waiting_event",
     "sleeping",
     "waiting_input",
@@ -51,6 +52,54 @@ class PendingApproval(BaseModel):
     input: dict[str, Any]
     # The session the call belongs to: this one, or one of its sub-agents.
     session_id: str | None = None
+    # Why it waits when no rule asked for a person: the loop policy's `ask` (workflows/loops.py).
+    reason: str | None = None
+
+
+class LimitReached(BaseModel):
+    """A limit the session reached under `on_limit = "ask"` (workflows/budgets.py): it waits
+    for a person to raise it (`raise_limit`) or decline (`decline_limit`)."""
+
+    name: Literal["max_steps", "token_budget", "cost_budget"]
+    limit: float
+    used: float
+    at: datetime
+    # Its approval timeout: past it, the session stops (None: it waits).
+    deadline: datetime | None = None
+
+
+class ChildSpend(BaseModel):
+    """What a running sub-agent has spent so far, as it last told its parent."""
+
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float | None = None
+
+
+class PendingMessage(BaseModel):
+    """A person's message the model has not had yet (`send_message`): `queue` waits for the
+    run's answer and starts the next run (a chat's); `steer` goes to the model's next call in
+    the current run, after the pending tool results."""
+
+    id: int
+    mode: Literal["queue", "steer"]
+    text: str
+    sent_at: datetime | None = None  # None: queued by a session that kept no time
+
+
+class Repeat(BaseModel):
+    """A call the model repeats (workflows/loops.py): the same input `count` times over the
+    session (`input`), or the same output `count` times in a row (`output`)."""
+
+    name: str
+    kind: Literal["input", "output"]
+    count: int
+
+
+class OutputStreak(BaseModel):
+    """How many of a tool's latest calls in a row returned the same output (its digest)."""
+
+    digest: str
+    count: int = 1
 
 
 class ReceivedEvent(BaseModel):
@@ -91,6 +140,9 @@ class ToolCallRecord(BaseModel):
     # for a person, its wake time while `sleep` runs, its timeout while `wait_for_event` runs.
     # Kept absolute, so a continue-as-new or a worker crash never restarts the wait.
     deadline: datetime | None = None
+    # Under a loop policy (workflows/loops.py): why the call is a repeat, and its output's digest.
+    repeat_reason: str | None = None
+    output_digest: str | None = None
 
     def in_wait(self, tool: str) -> bool:
         """Whether this is a durable wait (`sleep`, `wait_for_event`) that has started and not ended."""

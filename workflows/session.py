@@ -12,7 +12,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.contract import RunStatus, SessionInput
+    from workflows.contract import Limits, RunStatus, SessionInput
     from workflows.events import SessionEnded
     from workflows.notify import Notifier
     from workflows.state import SessionState
@@ -31,6 +31,11 @@ class Session:
 
     def __post_init__(self) -> None:
         self.notifier = Notifier(self.id, self.input, self.state, self.temporal)
+
+    @property
+    def limits(self) -> Limits:
+        """The session's limits, with the ones a person raised (workflows/budgets.py)."""
+        return self.input.limits.raised(self.state.raised_limits)
 
     def finish(self, status: RunStatus, stop_reason: str | None = None, error: str | None = None) -> None:
         """End the session with a status; the first end counts."""

@@ -11,15 +11,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, cast
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from activities.wire import ContentBlock, Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock, Usage
 from workflows.records import (
     SLEEP,
     WAIT_FOR_EVENT,
+    ChildSpend,
+    LimitReached,
     Notifications,
+    OutputStreak,
     PendingApproval,
+    PendingMessage,
     ReceivedEvent,
     RunStatus,
     ToolCallRecord,
@@ -52,13 +56,20 @@ class SessionState(BaseModel):
     calls: dict[str, ToolCallRecord] = Field(default_factory=dict)
     trace: list[TraceTurn] = Field(default_factory=list)
     repeats: dict[str, int] = Field(default_factory=dict)
+    # Under a loop policy: each tool's latest run of calls that returned the same output.
+    output_streaks: dict[str, OutputStreak] = Field(default_factory=dict)
     steps: int = 0
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float | None = None
     paused: bool = False
     idle: bool = False  # a chat between runs, waiting for input
     closing: bool = False
-    queue: list[str] = Field(default_factory=list)
+    # Messages sent and not yet given to the model, oldest first (workflows/messages.py).
+    pending: list[PendingMessage] = Field(default_factory=list)
+    # The id of the latest message sent (None: as sessions before it counted, from the turns).
+    last_message_id: int | None = None
+    # The next model call carries a steer: it is not a run's first (tool_choice is not applied).
+    steered: bool = False
     user_turns: int = 1
     answer: str | None = None
     run_started_at: datetime | None = None
@@ -76,6 +87,16 @@ class SessionState(BaseModel):
     # those not yet in a trace turn (before the first, and during a model call).
     temporal_actions: int = 0
     unattributed_actions: int = 0
+    # What each running child session has spent so far, as it last told this one.
+    child_spend: dict[str, ChildSpend] = Field(default_factory=dict)
+    # Budgets that ask (workflows/budgets.py): the limits a person raised (by name:
+    # max_steps, token_budget, cost_budget), the limit the session waits at, and a decline.
+    raised_limits: dict[str, float] = Field(default_factory=dict)
+    limit_reached: LimitReached | None = None
+    limit_declined: str | None = None
+    # The user's memories put in the system prompt at start (an agent's `memory_prompt`):
+    # recorded, so a replay or a fork sees the same ones; None: none were asked for.
+    memory_note: str | None = None
     # Typed answers (workflows/typed_output.py): the accepted answer, and the invalid ones so far.
     output: Any = None
     has_output: bool = False
@@ -98,6 +119,23 @@ class SessionState(BaseModel):
     # the newest archived part (each names the one before it), and how many messages it holds.
     archive_ref: str | None = None
     archived_messages: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _queue_is_pending(cls, value: Any) -> Any:
+        # Runs before `pending` queued a chat's messages as plain texts in `queue`.
+        if not isinstance(value, dict):
+            return value
+        fields = dict(cast("dict[str, Any]", value))
+        if "queue" not in fields:
+            return fields
+        queue = cast("list[str]", fields.pop("queue") or [])
+        if queue and not fields.get("pending"):
+            turns = int(fields.get("user_turns", 1))
+            fields["pending"] = [
+                {"id": turns + i + 1, "mode": "queue", "text": t} for i, t in enumerate(queue)
+            ]
+        return fields
 
     @field_validator("calls", mode="before")
     @classmethod
@@ -125,6 +163,8 @@ class SessionState(BaseModel):
             return self.ending.status
         if self.paused:
             return "paused"
+        if self.limit_reached is not None:
+            return "waiting_budget"
         if self.waiting() or any(self.child_approvals.values()):
             return "waiting_approval"
         if self.in_waits(WAIT_FOR_EVENT):
@@ -172,9 +212,12 @@ class SessionState(BaseModel):
     def pending_approvals(self, session_id: str) -> list[PendingApproval]:
         """This session's calls waiting for a person, then those of its sub-agents."""
         own = [
-            PendingApproval(tool_use_id=c.tool_use_id, name=c.name, input=c.input, session_id=session_id)
+            PendingApproval(
+                tool_use_id=c.tool_use_id, name=c.name, input=c.input, session_id=session_id,
+                reason=c.repeat_reason,
+            )
             for c in self.waiting()
-        ]
+        ]  # fmt: skip
         return own + [p for pending in self.child_approvals.values() for p in pending]
 
     def unanswered_uses(self) -> list[ToolUseBlock]:
@@ -184,9 +227,17 @@ class SessionState(BaseModel):
 
     def next_call_starts_run(self) -> bool:
         """Whether the next model call is a run's first: it answers a person's message (the
-        goal, a chat message), not tool results."""
+        goal, a chat message), not tool results or a steer."""
         last = self.messages[-1]
-        return last.role == "user" and any(isinstance(b, TextBlock) for b in last.content)
+        return (
+            not self.steered and last.role == "user" and any(isinstance(b, TextBlock) for b in last.content)
+        )
+
+    def queued(self) -> list[PendingMessage]:
+        return [m for m in self.pending if m.mode == "queue"]
+
+    def steers(self) -> list[PendingMessage]:
+        return [m for m in self.pending if m.mode == "steer"]
 
     def spec(self, name: str) -> ToolSpec | None:
         return next((s for s in self.specs if s.name == name), None)

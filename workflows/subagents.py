@@ -10,7 +10,12 @@ parent's pause and resume are passed on; cancelling the parent cancels the child
 child tells its parent which of its calls wait for a person, so they show in the
 parent's status and can be decided through it, and whether it is in a wait that is not
 work (paused, waiting for a person, sleeping, waiting for an event), so the parent's
-working time stops while it is.
+working time stops while it is, and what it has spent as it goes (children started with
+`ParentLink.tells_spend`): the parent's status counts it at once, and a child that fails or
+is cancelled still has it charged. The shares keep the whole tree within the parent's
+budget but for one model call per session running in it: each child stops at its share,
+a response's children split what the parent had left, and the parent checks its budgets
+when they end.
 """
 
 from __future__ import annotations
@@ -23,10 +28,10 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
-    from activities.wire import ToolSpec
+    from activities.wire import ToolSpec, Usage
     from workflows import options
     from workflows.contract import Limits, ParentLink, SessionInput, SessionStatus, SubAgent
-    from workflows.records import PendingApproval, ToolCallRecord
+    from workflows.records import ChildSpend, PendingApproval, ToolCallRecord
     from workflows.session import Session, short
     from workflows.working_time import WorkClock
 
@@ -35,6 +40,10 @@ TOOL_PREFIX = "agent__"
 # parent passes on its pause and resume (the names of AgentWorkflow's own signals).
 CHILD_APPROVALS = "child_approvals"
 PAUSE, RESUME = "pause", "resume"
+# A child tells its parent what it has spent (`ChildApprovals.usage`, `cost_usd`) each time
+# it has spent another tenth of its token or cost budget since it last told: at most about
+# ten more signals a child, and none from a session without sub-agents.
+SPEND_TOLD_EVERY = 0.1
 
 
 class ChildApprovals(BaseModel):
@@ -44,6 +53,9 @@ class ChildApprovals(BaseModel):
     pending: list[PendingApproval]
     # Whether the child is in a wait that is not work (children that predate it never say so).
     waiting: bool = False
+    # What the child has spent so far (children started without `tells_spend` never say: None).
+    usage: Usage | None = None
+    cost_usd: float | None = None
 
 
 def subagent_specs(session: Session) -> list[ToolSpec]:
@@ -77,6 +89,7 @@ class SubAgents:
         self._clock = clock  # in a child: whether it works, for its parent's working time
         self._running: set[str] = set()
         self._told: tuple[list[PendingApproval], bool] | None = None
+        self._told_spend = ChildSpend()
 
     async def run(self, call: ToolCallRecord, spec: ToolSpec, siblings: int) -> tuple[str, bool]:
         """Run the child session for one call; its answer, or an error result with its reason."""
@@ -96,14 +109,19 @@ class SubAgents:
         )
         self._running.add(child_id)
         pauses = asyncio.create_task(self._pass_on_pauses(handle))
+        result: SessionStatus | None = None
         try:
-            result: SessionStatus = await handle
+            result = await handle
         finally:
             pauses.cancel()
             self._running.discard(child_id)
             self.state.child_approvals.pop(child_id, None)
             if child_id in self.state.child_waits:
                 self.state.child_waits.remove(child_id)
+            spent = self.state.child_spend.pop(child_id, None)
+            if result is None and spent is not None:  # failed or cancelled: what it told is not lost
+                self._charge(spent.usage, spent.cost_usd)
+        assert result is not None
         return self._settle(sub, result)
 
     def _definition(self, spec: ToolSpec) -> SubAgent | None:
@@ -117,13 +135,13 @@ class SubAgents:
             limits=self._shared_limits(sub.limits, _priced(sub), siblings), price=sub.price,
             fallback_models=sub.fallback_models, fallback_prices=sub.fallback_prices,
             tools=sub.tools, agent=sub.agent, search_attributes=parent.search_attributes,
-            model_settings=sub.model_settings,
-            parent=ParentLink(session_id=self.session.id, tool_use_id=call.tool_use_id),
+            model_settings=sub.model_settings, loop_policy=sub.loop_policy,
+            parent=ParentLink(session_id=self.session.id, tool_use_id=call.tool_use_id, tells_spend=True),
         )  # fmt: skip
 
     def _shared_limits(self, own: Limits, priced: bool, siblings: int) -> Limits:
         """The child's limits, capped by what the parent has left (split among siblings)."""
-        parent, state = self.session.input.limits, self.state
+        parent, state = self.session.limits, self.state
         share = max(1, siblings)
         tokens_left = max(1, (parent.token_budget - state.usage.total()) // share)
         update: dict[str, Any] = {"token_budget": min(own.token_budget, tokens_left)}
@@ -136,15 +154,18 @@ class SubAgents:
 
     def _settle(self, sub: SubAgent, result: SessionStatus) -> tuple[str, bool]:
         """Charge the child's tokens, cost and billable actions to this session; its answer as the result."""
-        state = self.state
-        state.usage = state.usage + result.usage
-        if state.cost_usd is not None and result.cost_usd is not None:
-            state.cost_usd += result.cost_usd
+        self._charge(result.usage, result.cost_usd)
         self.session.temporal.child_actions(result.temporal_actions)
         if result.status == "completed":
             return result.answer or "", False
         why = result.stop_reason or result.error or result.status
         return f"the {sub.name} agent did not finish: {result.status} ({why})", True
+
+    def _charge(self, usage: Usage, cost_usd: float | None) -> None:
+        state = self.state
+        state.usage = state.usage + usage
+        if state.cost_usd is not None and cost_usd is not None:
+            state.cost_usd += cost_usd
 
     async def _pass_on_pauses(self, handle: workflow.ChildWorkflowHandle[Any, SessionStatus]) -> None:
         paused = False
@@ -166,6 +187,10 @@ class SubAgents:
             waits.append(update.session_id)
         elif not update.waiting and update.session_id in waits:
             waits.remove(update.session_id)
+        if update.usage is not None:
+            self.state.child_spend[update.session_id] = ChildSpend(
+                usage=update.usage, cost_usd=update.cost_usd
+            )
         for pending in update.pending:
             if pending.tool_use_id not in known:
                 self.session.notifier.approval_requested(pending)
@@ -178,13 +203,29 @@ class SubAgents:
             return
         pending = self.state.pending_approvals(self.session.id)
         waiting = self._waiting()
-        if (pending, waiting) == self._told:
+        spend_due = self._spend_due()
+        if (pending, waiting) == self._told and not spend_due:
             return
         self._told = (pending, waiting)
         told = ChildApprovals(session_id=self.session.id, pending=pending, waiting=waiting)
+        if link.tells_spend:
+            told.usage, told.cost_usd = self.state.usage, self.state.cost_usd
+            self._told_spend = ChildSpend(usage=self.state.usage, cost_usd=self.state.cost_usd)
         signal = self.session.temporal.signal(link.session_id, CHILD_APPROVALS, told)
         # No reference kept: the workflow's event loop holds every task until it ends.
         asyncio.create_task(signal)  # noqa: RUF006
+
+    def _spend_due(self) -> bool:
+        """In a child: whether it has spent another `SPEND_TOLD_EVERY` of a budget since it last told."""
+        link = self.session.input.parent
+        if link is None or not link.tells_spend or self.state.ending is not None:
+            return False
+        limits, state, told = self.session.limits, self.state, self._told_spend
+        if state.usage.total() - told.usage.total() >= SPEND_TOLD_EVERY * limits.token_budget:
+            return True
+        if limits.cost_budget_usd is None or state.cost_usd is None:
+            return False
+        return state.cost_usd - (told.cost_usd or 0.0) >= SPEND_TOLD_EVERY * limits.cost_budget_usd
 
     def _waiting(self) -> bool:
         """In a child: whether it waits and does not work (an ended one says as it last said)."""

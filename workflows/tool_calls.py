@@ -19,12 +19,15 @@ from temporalio.exceptions import ChildWorkflowError
 with workflow.unsafe.imports_passed_through():
     from activities.mcp import McpActivities
     from activities.mcp._errors import UNAVAILABLE as MCP_SERVER_UNAVAILABLE
+    from activities.memory import MEMORY_TOOLS
+    from activities.memory import NAMES as MEMORY_NAMES
     from activities.tools import ToolActivities
     from activities.wire import Message, ToolOutcome, ToolRequest, ToolResultBlock, ToolSpec, ToolUseBlock
     from workflows import options
-    from workflows.contract import TIMED_OUT, CallStatus, ToolCallRecord
+    from workflows.contract import TIMED_OUT, CallStatus, ToolCallRecord, memory_scope
     from workflows.events import ApprovalRequested, DecisionRecorded, ToolCallEnded, ToolCallStarted
-    from workflows.outcomes import HandOver
+    from workflows.loops import STOP_REASON, Loops
+    from workflows.outcomes import Finished, HandOver
     from workflows.records import SLEEP, WAIT_FOR_EVENT, PendingApproval
     from workflows.session import Session, fmt_duration, short
     from workflows.state import SETTLED
@@ -32,9 +35,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.temporal import EndedWhileStopping, Failed, describe_failure
     from workflows.typed_output import FINAL_ANSWER, TypedAnswers
     from workflows.waits import Waits, check_input, is_wait, with_waits
-
-# From this many identical calls on, the model is told that it repeats itself.
-REPEAT_NOTE_AT = 3
 
 
 class ToolRunner:
@@ -55,9 +55,13 @@ class ToolRunner:
         # (workflows/stopping.py); never in a replay of a history recorded before.
         self.stopping = False
         self.waits = Waits(session, self._idle_enough_to_hand_over)
+        self.loops = Loops(session.state, session.input.loop_policy)
 
     async def run_all(self, uses: list[ToolUseBlock]) -> None:
         """Run one response's calls concurrently; their results go back in the model's order."""
+        if (repeat := self.loops.stopping([self.state.calls[u.id] for u in uses])) is not None:
+            self._close(repeat, "not_run", f"not run: the session stopped: {repeat.repeat_reason}")
+            raise Finished("stopped", stop_reason=STOP_REASON)
         self._siblings = sum(1 for u in uses if (s := self.state.spec(u.name)) is not None and s.subagent)
         settling = [asyncio.ensure_future(self._settle(self.state.calls[u.id])) for u in uses]
         try:
@@ -79,7 +83,7 @@ class ToolRunner:
 
     async def _settle_open(self, call: ToolCallRecord) -> ToolResultBlock:
         if call.status == "pending" and call.ended_at is None and call.started_at is None:
-            self._count_repeat(call)
+            self.loops.count(call)
             self.session.view.publish(
                 ToolCallStarted(tool_use_id=call.tool_use_id, name=call.name, input=call.input)
             )
@@ -90,7 +94,8 @@ class ToolRunner:
         if spec is None:
             names = ", ".join(s.name for s in self.state.specs) or "none"
             return self._close(call, "error", f"unknown tool {call.name!r}; available tools: {names}")
-        call.policy, call.requires_approval = spec.policy, self._needs_approval(call, spec)
+        call.policy = spec.policy
+        call.requires_approval = self._needs_approval(call, spec) or self.loops.asks(call)
         call.approval = "required" if call.requires_approval else "auto"
         if call.requires_approval and not call.approved:
             refused = await self._approval(call)
@@ -105,15 +110,6 @@ class ToolRunner:
         rule = agent.approval_rule(call.name) if agent is not None else "tool"
         return spec.requires_approval if rule == "tool" else rule == "always"
 
-    def _count_repeat(self, call: ToolCallRecord) -> None:
-        # Counted again at the end: the most recent calls' keys are the last ones, those a
-        # handover keeps (workflows/archive.py).
-        key, repeats = call.repeat_key(), self.state.repeats
-        count = repeats.pop(key, None)
-        if count is None:
-            count = repeats.pop(call.plain_repeat_key(), 0)
-        repeats[key] = call.repeats = count + 1
-
     def _request(self, call: ToolCallRecord) -> ToolRequest:
         return ToolRequest(
             session_id=self.session.id,
@@ -122,6 +118,7 @@ class ToolRunner:
             name=call.name,
             input=call.run_input(),
             max_output=self.session.input.limits.max_tool_output,
+            memory_scope=memory_scope(self.session.input) if call.name in MEMORY_NAMES else None,
         )
 
     # ---- approval ----------------------------------------------------------------------
@@ -137,10 +134,14 @@ class ToolRunner:
                 call.deadline = workflow.now() + timedelta(seconds=timeout)
             self.session.view.changed()
             self.session.view.publish(
-                ApprovalRequested(tool_use_id=call.tool_use_id, name=call.name, input=call.input)
+                ApprovalRequested(
+                    tool_use_id=call.tool_use_id, name=call.name, input=call.input, reason=call.repeat_reason
+                )
             )
             self.session.notifier.approval_requested(
-                PendingApproval(tool_use_id=call.tool_use_id, name=call.name, input=call.input)
+                PendingApproval(
+                    tool_use_id=call.tool_use_id, name=call.name, input=call.input, reason=call.repeat_reason
+                )
             )
         with self.session.temporal.approval_span(call):
             await self._wait_for_decision(call)
@@ -275,12 +276,7 @@ class ToolRunner:
         if call.approved_input is not None:
             edited = json.dumps(call.approved_input, ensure_ascii=False, sort_keys=True)
             content = f"[a person edited the input before approving; the tool ran with {edited}]\n{content}"
-        if call.repeats >= REPEAT_NOTE_AT:
-            content += (
-                f"\n[note: this exact call ({call.name} with the same input) has now been made "
-                f"{call.repeats} times; you are repeating yourself, try a different approach]"
-            )
-        return content
+        return content + self.loops.ended(call, outcome.content, outcome.is_error)
 
     async def _activity(self, spec: ToolSpec, request: ToolRequest, summary: str) -> ToolOutcome:
         temporal = self.session.temporal
@@ -359,4 +355,8 @@ async def describe_tools(session: Session) -> list[ToolSpec]:
     if session.input.tools is not None:
         wanted = set(session.input.tools)
         specs = [s for s in specs if s.name in wanted]
-    return with_waits(specs, session.input.tools)
+    # The memory tools only when named, like the waits: the worker runs them, never lists them.
+    memory = [
+        t.spec for t in MEMORY_TOOLS if session.input.tools is not None and t.name in session.input.tools
+    ]
+    return with_waits([s for s in specs if s.name not in MEMORY_NAMES], session.input.tools) + memory

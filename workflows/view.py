@@ -16,8 +16,16 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from workflows import search
-    from workflows.contract import RunStatus, SessionHistory, SessionInput, SessionStatus, WaitingFor
+    from workflows.contract import (
+        PendingMessageView,
+        RunStatus,
+        SessionHistory,
+        SessionInput,
+        SessionStatus,
+        WaitingFor,
+    )
     from workflows.events import StatusChanged, WorkflowEvent
+    from workflows.loops import repeats_seen
     from workflows.records import SLEEP, WAIT_FOR_EVENT
     from workflows.state import SessionState
     from workflows.temporal import Temporal
@@ -117,7 +125,7 @@ class SessionView:
         lines = [
             f"**status** {state.run_status()}"
             + (f" ({ending.stop_reason})" if ending and ending.stop_reason else ""),
-            f"**step** {state.steps} of {self.input.limits.max_steps}",
+            f"**step** {state.steps} of {self.input.limits.raised(state.raised_limits).max_steps}",
             f"**tokens** {state.usage.total()}",
         ]
         if state.cost_usd is not None:
@@ -131,6 +139,8 @@ class SessionView:
             lines.append(f"**waiting for event** {name} until {_iso(call.deadline)}")
         for call in state.in_waits(SLEEP):
             lines.append(f"**sleeping** until {_iso(call.deadline)}: {call.run_input().get('reason') or ''}")
+        if (reached := state.limit_reached) is not None and ending is None:
+            lines.append(f"**waiting at {reached.name}** {reached.used:g} used of {reached.limit:g}")
         if ending and ending.error:
             lines.append(f"**error** {ending.error}")
         return "\n".join(lines)
@@ -143,19 +153,23 @@ class SessionView:
             stop_reason=ending.stop_reason if ending else None,
             error=ending.error if ending else None,
             steps=state.steps,
-            usage=state.usage,
-            cost_usd=state.cost_usd,
+            usage=sum((c.usage for c in state.child_spend.values()), state.usage),
+            cost_usd=self._cost_so_far(),
             pending_approvals=state.pending_approvals(self.session_id),
             answer=state.answer,
             output=state.output,
             chat=self.input.chat,
             user_turns=state.user_turns,
-            queued_messages=len(state.queue),
+            queued_messages=len(state.queued()),
+            pending_messages=[
+                PendingMessageView(id=m.id, mode=m.mode, chars=len(m.text), sent_at=m.sent_at)
+                for m in state.pending
+            ],
             runs=state.runs,
             model=self.input.model,
             model_in_use=state.model_in_use or self.input.model,
             user_id=self.input.user_id,
-            limits=self.input.limits,
+            limits=self.input.limits.raised(state.raised_limits),
             started_at=state.started_at,
             updated_at=state.updated_at or state.started_at,
             transcript_resends=state.transcript_resends,
@@ -167,7 +181,16 @@ class SessionView:
             worked_seconds=round(state.worked(workflow.now()), 3),
             wake_at=next((c.deadline for c in state.in_waits(SLEEP)), None),
             waiting_for=self._waiting_for(),
+            repeats=repeats_seen(state),
+            limit_reached=state.limit_reached,
         )
+
+    def _cost_so_far(self) -> float | None:
+        """The session's cost, with what its running sub-agents told they have spent."""
+        cost = self.state.cost_usd
+        if cost is None:
+            return None
+        return cost + sum(c.cost_usd or 0.0 for c in self.state.child_spend.values())
 
     def _waiting_for(self) -> WaitingFor | None:
         for call in self.state.in_waits(WAIT_FOR_EVENT):

@@ -46,25 +46,56 @@ const ms = (value) => value == null ? "" : value < 1000 ? `${value} ms` : `${(va
 
 // ---- the list ------------------------------------------------------------------------
 
+const LIST_PAGE = 50;  // rows a page of the list holds; "Load more" adds one more page
+let listPages = 1;
+
+// The pages of the list loaded so far, read again in turn (each page's token comes from the one before).
 async function refreshList() {
   const status = $("#status-filter").value;
+  const filter = status ? `&status=${encodeURIComponent(status)}` : "";
   try {
-    const { sessions } = await api(`/v1/sessions?limit=100${status ? `&status=${encodeURIComponent(status)}` : ""}`);
-    const body = $("#sessions tbody");
-    body.replaceChildren(...sessions.map((s) => el("tr", { "data-session": s.session_id },
-      el("td", {}, el("a", { href: `#/s/${encodeURIComponent(s.session_id)}`, text: s.session_id })),
-      el("td", {}, el("span", { class: `badge ${s.status}`, text: s.status })),
-      el("td", { text: s.agent || "default" }),
-      el("td", { text: String(s.steps) }),
-      el("td", { text: s.usage ? tokens(s.usage).toLocaleString() : String(s.tokens ?? "–") }),
-      el("td", { text: cost(s.cost_usd) }),
-      el("td", { text: s.temporal_actions == null ? "–" : s.temporal_actions.toLocaleString() }),
-      el("td", { text: String(s.pending_approvals.length) }),
-      el("td", { text: new Date(s.started_at).toLocaleString() }))));
+    const rows = [];
+    let token = null;
+    for (let page = 0; page < listPages; page += 1) {
+      const next = token ? `&page_token=${encodeURIComponent(token)}` : "";
+      const answered = await api(`/v1/sessions?limit=${LIST_PAGE}${filter}${next}`);
+      rows.push(...answered.sessions);
+      token = answered.next_page_token;
+      if (!token) break;
+    }
+    const seen = new Set();
+    $("#sessions tbody").replaceChildren(...rows.filter((s) => !seen.has(s.session_id) && seen.add(s.session_id))
+      .map(sessionRow));
+    $("#more").hidden = !token;
     $("#list-error").textContent = "";
   } catch (error) {
     $("#list-error").textContent = `Could not load the sessions: ${error.message}`;
   }
+}
+
+// A row; one read from the index alone (its session not replayable here) shows when its figures were indexed.
+function sessionRow(s) {
+  const asOf = s.unavailable ? ` (as of ${s.as_of ? new Date(s.as_of).toLocaleTimeString() : "?"})` : "";
+  return el("tr", { "data-session": s.session_id, ...(s.unavailable ? { title: s.unavailable } : {}) },
+    el("td", {}, el("a", { href: `#/s/${encodeURIComponent(s.session_id)}`, text: s.session_id })),
+    el("td", {}, el("span", { class: `badge ${s.status}`, text: s.status })),
+    el("td", { text: s.agent || "default" }),
+    el("td", { text: `${s.steps}${asOf}` }),
+    el("td", { text: (s.usage ? tokens(s.usage).toLocaleString() : String(s.tokens ?? "–")) + asOf }),
+    el("td", { text: cost(s.cost_usd) }),
+    el("td", { text: s.temporal_actions == null ? "–" : s.temporal_actions.toLocaleString() }),
+    el("td", { text: String(s.pending_approvals.length) }),
+    el("td", { text: new Date(s.started_at).toLocaleString() }));
+}
+
+function loadMore() {
+  listPages += 1;
+  refreshList();
+}
+
+function filterChanged() {
+  listPages = 1;
+  refreshList();
 }
 
 async function startSession(event) {
@@ -405,7 +436,8 @@ async function init() {
     $("#me").textContent = error.message;
   }
   $("#start-form").addEventListener("submit", startSession);
-  $("#status-filter").addEventListener("change", refreshList);
+  $("#status-filter").addEventListener("change", filterChanged);
+  $("#more").addEventListener("click", loadMore);
   $("#pause").onclick = () => control("pause");
   $("#resume").onclick = () => control("resume");
   $("#cancel").onclick = () => {

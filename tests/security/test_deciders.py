@@ -5,9 +5,9 @@ ran it (`cli:<login>`); `--as USER` is recorded as `on_behalf_of`, beside it."""
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -69,18 +69,17 @@ async def test_no_caller_records_the_timeout_decider(harness: Harness):
     assert (call["decided_by"], call.get("on_behalf_of")) == (f"cli:{getpass.getuser()}", "bob"), call
 
 
-@pytest.mark.parametrize("name", ["timeout", "olga:admin"])
-def test_a_user_may_not_be_named_like_a_decider_the_session_records(name: str, tmp_path: Path):
-    users = tmp_path / "users.toml"
-    users.write_text(f'[users."{name}"]\ntoken = "a-token-of-{name}"\n')
-    env = {**os.environ, "AGENT_API_USERS": str(users), "AGENT_DATA_DIR": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "api.py", "--port", "1"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert f"user name {name!r}" in done.stderr, done.stderr
+async def test_a_user_may_not_be_named_like_a_decider_the_session_records(tmp_path: Path):
+    async def refused(name: str) -> None:
+        users = tmp_path / f"users-{len(name)}.toml"
+        users.write_text(f'[users."{name}"]\ntoken = "a-token-of-{name}"\n')
+        env = {**os.environ, "AGENT_API_USERS": str(users), "AGENT_DATA_DIR": str(tmp_path)}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "api.py", "--port", "1", cwd=ROOT, env=env,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await asyncio.wait_for(process.communicate(), 60)
+        lines = err.decode().strip().splitlines()
+        assert process.returncode == 1 and len(lines) == 1 and f"user name {name!r}" in lines[0], lines
+
+    await asyncio.gather(refused("timeout"), refused("olga:admin"))

@@ -48,7 +48,7 @@ class ApiProcess:
     log_file: Path
     env: dict[str, str]
     port: int
-    args: list[str]
+    args: tuple[str, ...] = ()
 
     def restart(self) -> ApiProcess:
         """Stop this process and start another on the same port (the page's cookie stays
@@ -88,16 +88,16 @@ def api_env(address: str, task_queue: str, data_dir: Path, users_file: Path | No
 
 
 def start_api(
-    env: dict[str, str], log_file: Path, port: int | None = None, args: list[str] | None = None
+    env: dict[str, str], log_file: Path, port: int | None = None, args: tuple[str, ...] = ()
 ) -> ApiProcess:
-    """Start `python api.py` (`args`: more of its flags) and wait until /healthz answers."""
+    """Start `python api.py` (with `args` after its port) and wait until /healthz answers."""
     port = port or free_port()
     with open(log_file, "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "api.py", "--port", str(port), *(args or [])], cwd=ROOT, env=env,
+            [sys.executable, "api.py", "--port", str(port), *args], cwd=ROOT, env=env,
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
-    server = ApiProcess(process, f"http://127.0.0.1:{port}", log_file, env, port, list(args or []))
+    server = ApiProcess(process, f"http://127.0.0.1:{port}", log_file, env, port, args)
     deadline = time.monotonic() + 30
     while True:
         if process.poll() is not None:
@@ -161,18 +161,11 @@ async def collect_events(
 
 @asynccontextmanager
 async def serve_api(
-    client: Client,
-    address: str,
-    fake_model: Any,
-    data_dir: Path,
-    folder: Path,
-    *,
-    env: dict[str, str] | None = None,
-    args: list[str] | None = None,
-) -> AsyncIterator[ApiProcess]:
-    """A worker on a fresh task queue and `python api.py` starting sessions on it, for
-    alice, bob and olga (operator); `env` is added to the API's environment, `args` to
-    its command line."""
+    client: Client, address: str, fake_model: Any, data_dir: Path, folder: Path,
+    args: tuple[str, ...] = (), env: dict[str, str] | None = None, interceptors: tuple[Any, ...] = (),
+) -> AsyncIterator[ApiProcess]:  # fmt: skip
+    """A worker (with these `interceptors`) on a fresh task queue and `python api.py` (with
+    `args` and the variables in `env`) starting sessions on it, for alice, bob and olga (operator)."""
     from tests.conftest import model_activities
     from tests.support.tools import TOOLS
     from worker import build_worker
@@ -180,7 +173,13 @@ async def serve_api(
     users = folder / "users.toml"
     users.write_text(users_toml())
     queue = f"api-{uuid.uuid4().hex[:8]}"
-    worker = build_worker(client, TOOLS, queue=queue, model=model_activities(fake_model, data_dir))
+    worker = build_worker(
+        client,
+        TOOLS,
+        queue=queue,
+        model=model_activities(fake_model, data_dir),
+        interceptors=list(interceptors),
+    )
     async with worker:
         server = start_api(
             {**api_env(address, queue, data_dir, users), **(env or {})}, folder / "api.log", args=args

@@ -98,10 +98,13 @@ class Workers:
         task_queue: str | None = None,
         env: dict[str, str] | None = None,
         args: list[str] | None = None,
+        program: list[str] | None = None,
     ):
-        """`env` is added to each worker's environment, `args` to its command line."""
+        """`env` is added to each worker's environment, `args` to its command line;
+        `program` is what the interpreter runs (default `worker.py`)."""
         self.env = dict(env or {})
         self.args = list(args or [])
+        self.program = list(program or ["worker.py"])
         self.address = address
         self.model_url = model_url
         self.data_dir = data_dir
@@ -126,7 +129,7 @@ class Workers:
         log_file = self.log_dir / f"worker-{len(self.started) + 1}.log"
         with open(log_file, "ab") as out:
             process = subprocess.Popen(
-                [sys.executable, "worker.py", "--tools", TOOLS_SPEC, *self.args, *args],
+                [sys.executable, *self.program, "--tools", TOOLS_SPEC, *self.args, *args],
                 cwd=ROOT,
                 env=env,
                 stdout=out,

@@ -22,6 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "generated" / "reliability.md"
 DATA = PAGE.with_suffix(".json")
+TCK = PAGE.parent / "a2a-tck.json"  # a hand run of the A2A TCK, read by `python -m tests.record_tck`
 
 
 @dataclass
@@ -144,5 +145,40 @@ def write_page(page: Path = PAGE, data: Path = DATA) -> None:
             figures = "; ".join(f"{k}: {v}" for k, v in row.figures.items()) or "-"
             lines.append(f"| {_cell(row.fault)} | {_cell(row.outcome)} | {_cell(figures)} | `{row.test}` |")
         lines.append("")
+    lines += tck_section(TCK)
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text("\n".join(lines))
+
+
+WHOSE = {"suite": "the suite's", "pending": "this project's, pending", "project": "this project's"}
+
+
+def tck_section(path: Path) -> list[str]:
+    """The A2A TCK's results, from the record of its last hand run (none without one)."""
+    if not path.exists():
+        return []
+    run = json.loads(path.read_text())
+    lines = [
+        "## A2A TCK (run by hand)",
+        "",
+        f"[a2a-tck](https://github.com/a2aproject/a2a-tck) at `{run['commit'][:12]}`, run on {run['ran']} against",
+        "`/a2a` of `api.py` and a worker (A2A-Version 1.0, a bearer token; docs/reference/conformance.md):",
+        f"`{run['command']}`. Read from its reports by `python -m tests.record_tck`; each failure says",
+        "whose it is and why.",
+        "",
+        "| category | passed | failed | skipped | failed: the suite's | failed: this project's, pending | failed: this project's |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for category, counts in run["categories"].items():
+        kinds = [f["kind"] for f in run["failures"] if f["category"] == category]
+        lines.append(
+            f"| {category} | {counts['passed']} | {counts['failed']} | {counts['skipped']} | "
+            f"{kinds.count('suite')} | {kinds.count('pending')} | {kinds.count('project')} |"
+        )
+    lines += ["", "| test | category | whose | why |", "|---|---|---|---|"]
+    for failure in run["failures"]:
+        test = failure["test"].split("::", 1)[1] if "::" in failure["test"] else failure["test"]
+        lines.append(
+            f"| `{_cell(test)}` | {failure['category']} | {WHOSE[failure['kind']]} | {_cell(failure['why'])} |"
+        )
+    return [*lines, ""]
