@@ -20,6 +20,7 @@ from typing import Any, cast
 import anthropic
 import httpx2 as httpx
 from anthropic import AsyncStream
+from anthropic.lib._tracing import messages_create_request_attributes  # pyright: ignore[reportPrivateUsage]
 
 from activities.model_errors import IncompleteResponse
 from activities.providers.base import OnText
@@ -41,7 +42,7 @@ async def create(
 ) -> dict[str, Any]:
     """One unstreamed call: the message, as JSON."""
     response = await client.post(
-        PATH, cast_to=httpx.Response, content=encode(params), options={"headers": _headers(headers)}
+        PATH, cast_to=httpx.Response, content=encode(params), options=_options(params, headers)
     )
     return _without_nulls(cast("dict[str, Any]", response.json()))
 
@@ -57,7 +58,7 @@ async def stream(
     body = encode({**params, "stream": True})
     # Asked for as an `httpx.Response`, the SDK hands it over unread, its status checked.
     response = await client.post(
-        PATH, cast_to=httpx.Response, content=body, options={"headers": _headers(headers)}, stream=True
+        PATH, cast_to=httpx.Response, content=body, options=_options(params, headers), stream=True
     )
     try:
         message = await _fold(response, on_text, on_thinking)
@@ -160,8 +161,15 @@ def _error_event(data: str, response: httpx.Response) -> anthropic.APIStatusErro
     return anthropic.APIStatusError(message, response=response, body=body)
 
 
-def _headers(headers: dict[str, str]) -> dict[str, str]:
-    return {"content-type": "application/json", **headers}
+def _options(params: dict[str, Any], headers: dict[str, str]) -> Any:
+    """The request's options: its headers, and the span the client traces its call under
+    (named and described as the SDK's `messages.create` names and describes it; metadata only)."""
+    return {
+        "headers": {"content-type": "application/json", **headers},
+        "span_name": "anthropic.messages.create",
+        "span_route": PATH,
+        "span_attributes": messages_create_request_attributes(params),
+    }
 
 
 def _without_nulls(message: dict[str, Any]) -> dict[str, Any]:
