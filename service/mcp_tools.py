@@ -388,14 +388,16 @@ def build(
         text: Annotated[str, Field(min_length=1, max_length=200_000, description="the message")],
         ctx: Context[Any, Any],
         mode: Annotated[
-            Literal["queue", "steer"] | None,
+            Literal["queue", "steer", "interrupt"] | None,
             Field(
-                description="queue: after the run's answer (a chat's default); steer: at the model's next call"
+                description="queue: after the run's answer (a chat's default); steer: at the model's next "
+                "call (the default otherwise); interrupt: the work in flight cut short, then the model's next turn"
             ),
         ] = None,
     ) -> SessionStatus:
-        """A message while the session works: a chat's next (queued if it is busy), or a steer the
-        model gets at its next call. Answers the status."""
+        """A message while the session works: a chat's next (queued if it is busy), a steer the model
+        gets at its next call, or an interrupt that cuts the model call and tools in flight short
+        first. Answers the status."""
         with one_line_errors():
             message = steering.message(text, mode)
         return await steer(ctx, session_id, AgentWorkflow.send_message, message)

@@ -109,10 +109,11 @@ class Cancel(Body):
 
 class Message(Body):
     text: str = Field(min_length=1, max_length=200_000)
-    mode: Literal["queue", "steer"] | None = Field(
+    mode: Literal["queue", "steer", "interrupt"] | None = Field(
         default=None,
         description="queue: after the run's answer (a chat's default); steer: at the model's next call in "
-        "the current run (the default of a session that is not a chat)",
+        "the current run (the default of a session that is not a chat); interrupt: the model call and the "
+        "tools in flight are cut short (an at-most-once tool ends), then the model's next user turn",
     )
 
 
