@@ -38,6 +38,10 @@ ThinkingBudget = Annotated[
 ]
 Temperature = Annotated[float | None, Field(ge=0)]
 TopP = Annotated[float | None, Field(ge=0, le=1)]
+OnLimit = Annotated[
+    Literal["stop", "ask"] | None,
+    Field(description="at max_steps, token_budget or cost_budget: stop (the default), or wait for a raise"),
+]
 StopSequences = Annotated[list[str] | None, Field(description="stop when the model writes one")]
 ToolChoice = Annotated[
     str | None, Field(description="the first model call of each run: auto, any, none or a tool name")
@@ -48,6 +52,7 @@ MAX_ATTACHMENTS = 100
 START_CHOICES = (
     "fallback_models", "max_steps", "token_budget", "cost_budget", "timeout", "approval_timeout",
     "output_schema", "attachments", "thinking_budget", "temperature", "top_p", "stop_sequences", "tool_choice",
+    "on_limit",
 )  # fmt: skip
 
 
@@ -65,10 +70,7 @@ class StartSession(Body):
     cost_budget: CostBudget = None
     timeout: Timeout = None
     approval_timeout: ApprovalTimeout = None
-    on_limit: Literal["stop", "ask"] | None = Field(
-        default=None,
-        description="at max_steps, token_budget or cost_budget: stop (the default), or wait for POST .../limits",
-    )
+    on_limit: OnLimit = None
     chat: bool = False
     output_schema: OutputSchema = None
     attachments: list[NewAttachment] = Field(
