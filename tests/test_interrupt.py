@@ -177,3 +177,31 @@ async def test_the_command_line_sends_an_interrupt(harness: Harness):
     assert result.answer == "short"
     code, _, err = await run_cli(harness, "send", handle.id, "late", "--mode", "interrupt")
     assert code == 1 and err.count("\n") == 1 and "has ended" in err, err
+
+
+async def test_an_interrupt_to_a_paused_session_cuts_its_tool_and_waits_for_the_resume(harness: Harness):
+    handle = await harness.start([
+        tool_use("long_read", {"seconds": 60}, id="r1"),
+        answer("as you wish"),
+    ])  # fmt: skip
+    await wait_until(lambda: _running(handle), timeout=30, what="the read running")
+    await handle.execute_update(AgentWorkflow.pause_session)  # the running read goes on
+    await handle.execute_update(AgentWorkflow.send_message, interrupt("stop reading"))
+    await wait_until(lambda: _cancelled(handle), timeout=STOPPED_WITHIN_S, what="the read cut short")
+    await asyncio.sleep(1.0)  # paused: no model call, the message waits
+    assert len(harness.requests(handle.id)) == 1
+    snapshot = await status_of(handle)
+    assert snapshot.status == "paused" and [m.mode for m in snapshot.pending_messages] == ["interrupt"]
+    await handle.execute_update(AgentWorkflow.resume_session)
+    result: SessionStatus = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed" and result.answer == "as you wish"
+    turn = harness.requests(handle.id)[1]["body"]["messages"][-1]
+    assert [b["type"] for b in turn["content"]] == ["tool_result", "text"] and texts(turn) == ["stop reading"]
+
+
+async def _running(handle: WorkflowHandle) -> Any:
+    return [c for c in (await history_of(handle)).tool_calls if c.status == "running"]
+
+
+async def _cancelled(handle: WorkflowHandle) -> Any:
+    return [c for c in (await history_of(handle)).tool_calls if c.status == "cancelled"]

@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.options import DESCRIBE_TOOLS_ATTEMPTS
     from workflows.outcomes import Finished, HandOver
     from workflows.session import Session, fmt_duration
-    from workflows.state import SessionState
+    from workflows.state import SETTLED, SessionState
     from workflows.stopping import lets_calls_finish, stop_calls
     from workflows.subagents import CHILD_APPROVALS, ChildApprovals, SubAgents, subagent_specs
     from workflows.temporal import Failed, Temporal
@@ -443,9 +443,13 @@ class AgentWorkflow:
 
     def _interrupt_cuts(self) -> bool:
         """An interrupt is pending and there is work in flight to cut short for it: the
-        model call, or the last response's tool calls (running, waiting, not yet started)."""
+        model call, or the last response's tool calls that have no outcome yet (running,
+        waiting for approval, not yet started); once cut, they all have one."""
         state = self.session.state
-        return bool(state.interrupts()) and (self.model.in_flight or bool(state.unanswered_uses()))
+        if not state.interrupts():
+            return False
+        open_calls = (state.calls[use.id].status not in SETTLED for use in state.unanswered_uses())
+        return self.model.in_flight or any(open_calls)
 
     async def _interrupt(self, loop: asyncio.Task[None]) -> asyncio.Task[None]:
         """Cut the loop's work short for an interrupt, with the steps of a stop (an at-most-once
