@@ -51,8 +51,9 @@ async def history_of(handle: WorkflowHandle) -> SessionHistory:
 
 async def test_an_interrupt_closes_the_model_request_and_is_the_next_user_turn(harness: Harness):
     handle = await harness.start(
-        [answer(" ".join(f"word{i}" for i in range(WORDS)), pace=PACE_S), answer("short")]
-    )
+        [answer(" ".join(f"word{i}" for i in range(WORDS)), pace=PACE_S), answer("short")],
+        tools=["get_time"], model_settings={"tool_choice": "any"},
+    )  # fmt: skip
     [request] = await wait_until(lambda: harness.requests(handle.id), timeout=30, what="the model request")
     await asyncio.sleep(1.0)  # the model is writing
     sent = time.time()
@@ -68,6 +69,11 @@ async def test_an_interrupt_closes_the_model_request_and_is_the_next_user_turn(h
     first, second = (r["body"]["messages"] for r in harness.requests(handle.id))
     assert second[-1]["role"] == "user" and texts(second[-1]) == ["do the thing", "stop: one word"]
     assert len(second) == len(first), "the cut answer went into the transcript"
+    # The call made again still answers the goal: the run's first, with the session's tool_choice.
+    assert [r["body"].get("tool_choice", {}).get("type") for r in harness.requests(handle.id)] == [
+        "any",
+        "any",
+    ]
     assert await delivered(harness, handle.id) == [(2, 1)]
 
 
