@@ -542,6 +542,7 @@ async def test_a_budget_that_asks_is_input_required_and_a_reply_raises_or_declin
             await send(bob, message(data={"raise": {"name": "max_steps", "value": 3}}, task_id=task.id))
         for bad, says in [
             ({"raise": {"name": "max_steps"}}, "a raise is"),
+            ({"raise": {"name": "max_steps", "value": True}}, "a raise is"),
             ({"raise": {"name": "patience", "value": 3}}, "name"),
             ({"raise": {"name": "max_steps", "value": 1}}, "above"),
             ({"decline": "yes"}, "a decline is"),
