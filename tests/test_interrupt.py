@@ -20,6 +20,7 @@ from sessions.fork import forked_state
 from sessions.live_text import session_events
 from tests.conftest import Harness, answer, tool_use
 from tests.support.procs import wait_until
+from tests.support.reliability import record
 from tests.test_loop_policy import status_of, wait_for_status
 from tests.test_steer import texts, wait_for_requests
 from tests.test_watch import run_cli
@@ -28,6 +29,7 @@ from workflows.contract import SessionHistory, SessionStatus, UserMessage
 from workflows.events import MessageDelivered
 from workflows.state import SessionState
 
+AREA = "Steering a session"
 WORDS, PACE_S = 600, 0.05  # a 30 s answer, a word every 50 ms
 STOPPED_WITHIN_S = 15.0  # generous: under a second on a quiet machine
 INTERRUPTED = "interrupted by a new message"
@@ -61,7 +63,8 @@ async def test_an_interrupt_closes_the_model_request_and_is_the_next_user_turn(h
     closed = await wait_until(
         lambda: request.get("closed"), timeout=STOPPED_WITHIN_S, what="the model's connection closed"
     )
-    print(f"interrupt to the model's connection closed: {closed - sent:.2f} s (30 s of answer to go)")
+    took = closed - sent
+    print(f"interrupt to the model's connection closed: {took:.2f} s (30 s of answer to go)")
     result: SessionStatus = await asyncio.wait_for(handle.result(), 60)
     assert result.status == "completed" and result.answer == "short"
     assert result.steps == 1, "the closed call was recorded as a step"
@@ -75,6 +78,13 @@ async def test_an_interrupt_closes_the_model_request_and_is_the_next_user_turn(h
         "any",
     ]
     assert await delivered(harness, handle.id) == [(2, 1)]
+    record(
+        AREA,
+        "`send --mode interrupt` while the model streams a 30 s answer (a worker with its defaults)",
+        "the worker closed the model request; the cut reply was not recorded and the step was made again "
+        "with the message beside the goal; the session completed",
+        {"interrupt to the model's connection closed": f"{took:.2f} s"},
+    )
 
 
 async def test_an_at_most_once_tool_finishes_through_an_interrupt_and_a_read_is_cancelled(harness: Harness):
