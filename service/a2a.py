@@ -606,8 +606,12 @@ class SessionTasks(RequestHandler):
             asked = found["raise"]
             name = asked.get("name") if isinstance(asked, dict) else None
             value = asked.get("value") if isinstance(asked, dict) else None
-            number = isinstance(value, int | float) and not isinstance(value, bool)
-            if "decline" in found or not isinstance(name, str) or not number:
+            if (
+                "decline" in found
+                or not isinstance(name, str)
+                or not isinstance(value, int | float)
+                or isinstance(value, bool)
+            ):
                 raise InvalidParamsError(
                     message='a raise is {"raise": {"name": "max_steps"|"token_budget"|"cost_budget", "value": N}}'
                 )
