@@ -157,12 +157,15 @@ def parser() -> argparse.ArgumentParser:
         cmd.add_argument("session")
         cmd.add_argument("--json", action="store_true", help="print JSON")
 
-    send = commands.add_parser("send", help="send a message to a working session (a chat's next, or a steer)")
+    send = commands.add_parser(
+        "send", help="send a message to a working session (a chat's next, a steer, or an interrupt)"
+    )
     send.add_argument("session")
     send.add_argument("text")
     send.add_argument(
-        "--mode", choices=("queue", "steer"),
-        help="queue: after the run's answer (a chat's default); steer: at the model's next call (the default otherwise)",
+        "--mode", choices=("queue", "steer", "interrupt"),
+        help="queue: after the run's answer (a chat's default); steer: at the model's next call (the default "
+        "otherwise); interrupt: cut the model call and tools in flight short, then the model's next turn",
     )  # fmt: skip
     commands.add_parser("close", help="end a chat session after the messages already sent").add_argument(
         "session"

@@ -280,7 +280,13 @@ async def send(client: Client, args: argparse.Namespace) -> int:
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
     message_id = await control.act(client, args.session, AgentWorkflow.send_message, message)
-    if args.mode == "steer" or (args.mode is None and not (await control.status(client, args.session)).chat):
+    if args.mode == "interrupt":
+        print(
+            f"message {message_id} sent to {args.session}: the work in flight is cut short, then the model gets it"
+        )
+    elif args.mode == "steer" or (
+        args.mode is None and not (await control.status(client, args.session)).chat
+    ):
         print(f"message {message_id} sent to {args.session}: the model gets it at its next call")
     else:
         print(f"message {message_id} queued for {args.session}")

@@ -24,9 +24,15 @@ A message without `contextId`, or with one no session has, starts a chat session
 text is the goal, `metadata.agent` picks the agent, its file parts are the attachments and
 other metadata keys are `POST /v1/sessions`'s choices, `START_METADATA`; with
 `output_schema` it is not a chat, and the parsed output is a data part of the answer);
-with a known `contextId` it is the session's next message (text only). A reply with a data part `{"approve": TOOL_USE_ID}` (optionally
-`"input": {...}`, an edited input) or `{"deny": TOOL_USE_ID, "reason": ...}` decides a
-call that waits for approval. A blocking send returns when its task is terminal or needs
+with a known `contextId` it is a message to the session (text only, `send_message`):
+`metadata.mode` is `queue`, `steer` or `interrupt`, by default the session's (a chat's next
+task, or a steer of a working session's current task); a steer or an interrupt answers the
+current task, a queued message its own. A reply to the current task (its `taskId`) with
+text is a steer, or the mode its metadata names. A reply with a data part
+`{"approve": TOOL_USE_ID}` (optionally `"input": {...}`, an edited input) or
+`{"deny": TOOL_USE_ID, "reason": ...}` decides a call that waits for approval;
+`{"raise": {"name": LIMIT, "value": N}}` raises the limit a session waits at, and
+`{"decline": true, "reason": ...}` declines it. A blocking send returns when its task is terminal or needs
 input, or after `BLOCKING_SECONDS` with its state then; a non-blocking one at once.
 Streaming sends status updates and the model's text as chunks of the `answer` artifact.
 Another user's task is not found, as in the HTTP API.
@@ -133,7 +139,7 @@ _ENDED_AS = {
     TaskState.TASK_STATE_COMPLETED: ("completed", "waiting_input"),
     TaskState.TASK_STATE_FAILED: ("stopped", "failed"),
     TaskState.TASK_STATE_CANCELED: ("cancelled",),
-    TaskState.TASK_STATE_INPUT_REQUIRED: ("waiting_approval",),
+    TaskState.TASK_STATE_INPUT_REQUIRED: ("waiting_approval", "waiting_budget"),
 }
 NONE_LATEST = listing.Filter(among=("-",))
 LATEST_STATES: dict[int, listing.Filter] = {
@@ -224,8 +230,9 @@ def task_of(status: SessionStatus, turn: int, history: SessionHistory | None = N
     elif status.status == "waiting_budget" and status.limit_reached is not None:
         state, reached = TaskState.TASK_STATE_INPUT_REQUIRED, status.limit_reached
         text = (
-            f"waiting at {reached.name}: {reached.used:g} used of {reached.limit:g}; raise it "
-            f"(POST /v1/sessions/{status.session_id}/limits, or client.py raise) or decline"
+            f"waiting at {reached.name}: {reached.used:g} used of {reached.limit:g}. Reply with a data part "
+            f'{{"raise": {{"name": "{reached.name}", "value": N}}}} (a new limit above what is used) or '
+            '{"decline": true, "reason": "..."}'
         )
         data = {"limit_reached": reached.model_dump(mode="json")}
     else:
@@ -507,6 +514,8 @@ class SessionTasks(RequestHandler):
         files = [p for p in message.parts if p.HasField("raw") or p.HasField("url")]
         data = [_whole(MessageToDict(p.data)) for p in message.parts if p.HasField("data")]
         decisions = [d for d in data if isinstance(d, dict) and ("approve" in d or "deny" in d)]
+        limits = [d for d in data if isinstance(d, dict) and ("raise" in d or "decline" in d)]
+        mode = _metadata(message.metadata).get("mode")
         session_id = message.context_id or None
         ref = TaskRef.parse(message.task_id) if message.task_id else None
         if ref is not None:
@@ -531,30 +540,31 @@ class SessionTasks(RequestHandler):
                 message=f"task {ref.id} has ended ({TaskState.Name(ended.status.state).removeprefix('TASK_STATE_').lower()}): "
                 f"it takes no more messages; send the next one with contextId {ref.session_id} only"
             )
-        if decisions:
+        if decisions or limits:
             if status is None or session_id is None:
                 raise InvalidParamsError(
                     message="a decision answers a task: give its taskId (or its contextId)"
                 )
             for found in decisions:
                 await self._decide(sessions, user, session_id, found)
+            for found in limits:
+                await self._limit(sessions, user, session_id, found)
             ref = ref or TaskRef(session_id, status.user_turns)
         elif ref is not None:
-            raise InvalidParamsError(
-                message=f'a reply to task {ref.id} is a decision: a data part {{"approve": TOOL_USE_ID}} or '
-                f'{{"deny": TOOL_USE_ID, "reason": ...}}; send the next message with contextId {ref.session_id} only'
-            )
+            assert status is not None and session_id is not None
+            waits = task_of(status, ref.turn).status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            if not text or ref.turn != status.user_turns or (waits and mode is None):
+                raise InvalidParamsError(
+                    message=f'a reply to task {ref.id} is a decision: a data part {{"approve": TOOL_USE_ID}} or '
+                    f'{{"deny": TOOL_USE_ID, "reason": ...}} ({{"raise": ...}} or {{"decline": true}} at a limit), '
+                    f"or, to its current task, text with metadata.mode; send the next message with contextId "
+                    f"{ref.session_id} only"
+                )
+            ref = await self._send(sessions, user, session_id, text, files, mode or "steer")
         elif not text:
             raise InvalidParamsError(message="the message has no text")
         elif status is not None and session_id is not None:
-            if files:
-                raise InvalidParamsError(
-                    message="a chat's next message takes text only: files go with the first message of a context"
-                )
-            position = await steering.act(
-                sessions, user, session_id, AgentWorkflow.send_message, steering.message(text)
-            )
-            ref = TaskRef(session_id, int(position))
+            ref = await self._send(sessions, user, session_id, text, files, mode)
         else:
             given = {**_whole(_metadata(params.metadata)), **_whole(_metadata(message.metadata))}
             agent = given.get("agent")
@@ -568,6 +578,52 @@ class SessionTasks(RequestHandler):
             )  # fmt: skip
             ref = TaskRef(started.session_id, 1)
         return ref, await control.status(sessions.client, ref.session_id)
+
+    async def _send(
+        self, sessions: Sessions, user: User, session_id: str, text: str, files: list[Part], mode: Any
+    ) -> TaskRef:
+        """A message to the session (`send_message`); the task it is for: its own while it is
+        queued, else the session's current one (a steer or an interrupt joins its run; a
+        message a chat took at once started it)."""
+        if files:
+            raise InvalidParamsError(
+                message="a message to a session takes text only: files go with the first message of a context"
+            )
+        if mode is not None and not isinstance(mode, str):
+            raise InvalidParamsError(message="metadata.mode is queue, steer or interrupt")
+        sent = await steering.act(
+            sessions, user, session_id, AgentWorkflow.send_message, steering.message(text, mode)
+        )
+        status = await control.status(sessions.client, session_id)
+        queued = [m.id for m in status.pending_messages if m.mode == "queue"]
+        if sent in queued:
+            return TaskRef(session_id, status.user_turns + 1 + queued.index(sent))
+        return TaskRef(session_id, status.user_turns)
+
+    async def _limit(self, sessions: Sessions, user: User, session_id: str, found: dict[str, Any]) -> None:
+        """`{"raise": {"name": ..., "value": ...}}` or `{"decline": true, "reason": ...}`."""
+        if "raise" in found:
+            asked = found["raise"]
+            name = asked.get("name") if isinstance(asked, dict) else None
+            value = asked.get("value") if isinstance(asked, dict) else None
+            if (
+                "decline" in found
+                or not isinstance(name, str)
+                or not isinstance(value, int | float)
+                or isinstance(value, bool)
+            ):
+                raise InvalidParamsError(
+                    message='a raise is {"raise": {"name": "max_steps"|"token_budget"|"cost_budget", "value": N}}'
+                )
+            request = steering.limit_raise(user, name, value)
+            await steering.act(sessions, user, session_id, AgentWorkflow.raise_limit, request)
+            return
+        reason = found.get("reason")
+        if found["decline"] is not True or (reason is not None and not isinstance(reason, str)):
+            raise InvalidParamsError(message='a decline is {"decline": true} (optionally "reason": "...")')
+        await steering.act(
+            sessions, user, session_id, AgentWorkflow.decline_limit, steering.limit_decline(user, reason)
+        )
 
     async def _decide(self, sessions: Sessions, user: User, session_id: str, found: dict[str, Any]) -> None:
         approve = "approve" in found
@@ -757,9 +813,11 @@ def agent_card(agents: list[dict[str, Any]]) -> AgentCard:
         name="Agent sessions",
         description=(
             "Durable agent sessions (each one a Temporal workflow). A message starts a chat session "
-            "(contextId = its id; metadata.agent picks the agent) or is its next message; each message "
-            "is one task. A tool call waiting for approval makes the task input-required: reply with a "
-            'data part {"approve": TOOL_USE_ID} or {"deny": TOOL_USE_ID, "reason": "..."}.'
+            "(contextId = its id; metadata.agent picks the agent) or is a message to it (metadata.mode "
+            "queue, steer or interrupt); each queued message is one task. A tool call waiting for approval "
+            'makes the task input-required: reply with a data part {"approve": TOOL_USE_ID} or '
+            '{"deny": TOOL_USE_ID, "reason": "..."}; a limit reached, with {"raise": {"name": ..., '
+            '"value": N}} or {"decline": true}.'
         ),
         version=project.version(),
         supported_interfaces=[

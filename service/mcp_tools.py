@@ -60,6 +60,7 @@ from temporalio.service import RPCError
 
 from activities.wire import TextDelta
 from infra import project
+from infra.definitions import NAME_PATTERN
 from infra.errors import AgentError, BadRequest, InvalidInput, Rejected, SessionNotFound
 from service import mcp_protocol, schemas, steering
 from service.auth import User, Users, bearer_user
@@ -113,6 +114,12 @@ class AgentList(BaseModel):
     agents: list[dict[str, Any]]
 
 
+# An agent's name, as the definitions spell it: the memory scope it names.
+MemoryScope = Annotated[
+    str | None, Field(pattern=NAME_PATTERN, description="an agent's scope (default: your own)")
+]
+
+
 class MemoryList(BaseModel):
     user: str
     agent: str | None
@@ -122,7 +129,7 @@ class MemoryList(BaseModel):
 class WaitResult(SessionStatus):
     """The session's status (what `status --json` prints) and why the wait returned."""
 
-    returned_because: Literal["ended", "waiting_approval", "waiting_input", "timeout"]
+    returned_because: Literal["ended", "waiting_approval", "waiting_budget", "waiting_input", "timeout"]
 
 
 class WaitState(BaseModel):
@@ -236,13 +243,15 @@ def build(
         top_p: schemas.TopP = None,
         stop_sequences: schemas.StopSequences = None,
         tool_choice: schemas.ToolChoice = None,
+        on_limit: schemas.OnLimit = None,
         *,
         ctx: Context[Any, Any],
     ) -> Started:
         """Start an agent session on a goal; answers its id and status. Follow it with wait_for_session.
-        The other choices are POST /v1/sessions's: fallback models, limits, a typed answer
-        (output_schema: the answer is JSON matching it, read as `output`), model settings and
-        attachments (each {name, media_type, data: base64})."""
+        The other choices are POST /v1/sessions's: fallback models, limits (with on_limit "ask", a
+        limit reached waits for raise_limit or decline_limit), a typed answer (output_schema: the
+        answer is JSON matching it, read as `output`), model settings and attachments (each
+        {name, media_type, data: base64})."""
         given = locals()
         with one_line_errors():
             found = await steering.start(
@@ -293,9 +302,7 @@ def build(
     @server.tool(annotations=READS, title="List your memories")
     async def list_memories(
         ctx: Context[Any, Any],
-        agent: Annotated[
-            str | None, Field(max_length=48, description="an agent's scope (default: your own)")
-        ] = None,
+        agent: MemoryScope = None,
     ) -> MemoryList:
         """Your memories across sessions in one scope, newest first (what remember, recall and forget reach)."""
         user = caller(ctx)
@@ -307,9 +314,7 @@ def build(
     async def forget_memory(
         key: Annotated[str, Field(min_length=1, max_length=100, description="the memory's key")],
         ctx: Context[Any, Any],
-        agent: Annotated[
-            str | None, Field(max_length=48, description="an agent's scope (default: your own)")
-        ] = None,
+        agent: MemoryScope = None,
     ) -> MemoryList:
         """Forget one of your memories by its key; your memories after it."""
         user = caller(ctx)
@@ -334,7 +339,8 @@ def build(
         ctx: Context[Any, Any],
     ) -> WaitResult | InputRequiredResult:
         """Wait until the session ends, needs a person (a tool call waiting for approval, a chat
-        waiting for the next message) or the timeout passes; answers its status and why it returned.
+        waiting for the next message, a limit reached: raise_limit or decline_limit) or the timeout
+        passes; answers its status and why it returned.
         Progress notifications say the step, the text so far and the tool calls. A call waiting
         for approval is put to the person when the client supports elicitation; otherwise it is
         in pending_approvals, for approve_tool_call or deny_tool_call."""
@@ -388,14 +394,16 @@ def build(
         text: Annotated[str, Field(min_length=1, max_length=200_000, description="the message")],
         ctx: Context[Any, Any],
         mode: Annotated[
-            Literal["queue", "steer"] | None,
+            Literal["queue", "steer", "interrupt"] | None,
             Field(
-                description="queue: after the run's answer (a chat's default); steer: at the model's next call"
+                description="queue: after the run's answer (a chat's default); steer: at the model's next "
+                "call (the default otherwise); interrupt: the work in flight cut short, then the model's next turn"
             ),
         ] = None,
     ) -> SessionStatus:
-        """A message while the session works: a chat's next (queued if it is busy), or a steer the
-        model gets at its next call. Answers the status."""
+        """A message while the session works: a chat's next (queued if it is busy), a steer the model
+        gets at its next call, or an interrupt that cuts the model call and tools in flight short
+        first. Answers the status."""
         with one_line_errors():
             message = steering.message(text, mode)
         return await steer(ctx, session_id, AgentWorkflow.send_message, message)
@@ -501,8 +509,8 @@ async def _wait(
         while True:
             if steering.ended(status):
                 return WaitResult(**status.model_dump(), returned_because="ended")
-            if status.status == "waiting_input":
-                return WaitResult(**status.model_dump(), returned_because="waiting_input")
+            if status.status in ("waiting_input", "waiting_budget"):
+                return WaitResult(**status.model_dump(), returned_because=status.status)
             if status.status == "waiting_approval":
                 fresh = [p for p in status.pending_approvals if p.tool_use_id not in state.asked]
                 if not (fresh and _can_ask(ctx)):

@@ -38,6 +38,10 @@ ThinkingBudget = Annotated[
 ]
 Temperature = Annotated[float | None, Field(ge=0)]
 TopP = Annotated[float | None, Field(ge=0, le=1)]
+OnLimit = Annotated[
+    Literal["stop", "ask"] | None,
+    Field(description="at max_steps, token_budget or cost_budget: stop (the default), or wait for a raise"),
+]
 StopSequences = Annotated[list[str] | None, Field(description="stop when the model writes one")]
 ToolChoice = Annotated[
     str | None, Field(description="the first model call of each run: auto, any, none or a tool name")
@@ -48,6 +52,7 @@ MAX_ATTACHMENTS = 100
 START_CHOICES = (
     "fallback_models", "max_steps", "token_budget", "cost_budget", "timeout", "approval_timeout",
     "output_schema", "attachments", "thinking_budget", "temperature", "top_p", "stop_sequences", "tool_choice",
+    "on_limit",
 )  # fmt: skip
 
 
@@ -65,10 +70,7 @@ class StartSession(Body):
     cost_budget: CostBudget = None
     timeout: Timeout = None
     approval_timeout: ApprovalTimeout = None
-    on_limit: Literal["stop", "ask"] | None = Field(
-        default=None,
-        description="at max_steps, token_budget or cost_budget: stop (the default), or wait for POST .../limits",
-    )
+    on_limit: OnLimit = None
     chat: bool = False
     output_schema: OutputSchema = None
     attachments: list[NewAttachment] = Field(
@@ -109,10 +111,11 @@ class Cancel(Body):
 
 class Message(Body):
     text: str = Field(min_length=1, max_length=200_000)
-    mode: Literal["queue", "steer"] | None = Field(
+    mode: Literal["queue", "steer", "interrupt"] | None = Field(
         default=None,
         description="queue: after the run's answer (a chat's default); steer: at the model's next call in "
-        "the current run (the default of a session that is not a chat)",
+        "the current run (the default of a session that is not a chat); interrupt: the model call and the "
+        "tools in flight are cut short (an at-most-once tool ends), then the model's next user turn",
     )
 
 

@@ -284,6 +284,27 @@ async def steer_during_tool(handle) -> None:
     )
 
 
+async def interrupt_once_charging(handle) -> None:
+    """An interrupt while an at-most-once tool and a read-only one run: the first ends and
+    keeps its result, the second stops, and the model gets the message with both results."""
+    from workflows.contract import UserMessage
+
+    await wait_for_effect(handle, "slow_charge")
+    await handle.execute_update(
+        "send_message", UserMessage(text="stop reading", mode="interrupt"), result_type=int
+    )
+
+
+async def interrupt_during_model(handle) -> None:
+    """An interrupt while the model streams: the call is closed, the message joins the goal."""
+    from workflows.contract import UserMessage
+
+    await asyncio.sleep(0.5)
+    await handle.execute_update(
+        "send_message", UserMessage(text="in one word", mode="interrupt"), result_type=int
+    )
+
+
 async def chat(handle) -> None:
     await wait_for(handle, "waiting_input")
     await handle.execute_update("send_message", {"text": "and then?"}, result_type=int)
@@ -523,6 +544,21 @@ SCENARIOS: dict[str, tuple[list[dict], dict, Steer]] = {
         {},
         steer_during_tool,
     ),
+    # Interrupts: the calls in flight cut short (the `stop-calls` steps), the message the next turn.
+    "interrupt": (
+        [
+            {
+                "tool_calls": [
+                    {"name": "slow_charge", "input": {"amount": 5, "seconds": 2}, "id": "c1"},
+                    {"name": "long_read", "input": {"seconds": 60}, "id": "r1"},
+                ]
+            },
+            answer("charged; reading stopped"),
+        ],
+        {},
+        interrupt_once_charging,
+    ),
+    "interrupt_model": ([answer("word " * 200, pace=0.05), answer("done")], {}, interrupt_during_model),
     # Memory across sessions: the prompt's memories at start, then remember, recall, forget.
     "memory": (
         [

@@ -450,3 +450,116 @@ async def test_a_chats_next_message_takes_no_file(api: ApiProcess, fake_model: F
         )
         with pytest.raises(Exception, match="text only"):
             await send(alice, sent)
+
+
+def _requests(fake_model: FakeModelServer, session_id: str) -> list[dict[str, Any]]:
+    return [r for r in fake_model.script.requests if r["session"] == session_id]
+
+
+def _texts(request: dict[str, Any]) -> list[str]:
+    content = request["body"]["messages"][-1]["content"]
+    return [content] if isinstance(content, str) else [b["text"] for b in content if b["type"] == "text"]
+
+
+async def _ended(client: Client, task_id: str) -> Task:
+    async def check() -> Task | None:
+        found = await client.get_task(GetTaskRequest(id=task_id))
+        return found if found.status.state not in (TaskState.TASK_STATE_WORKING,) else None
+
+    return await wait_for(check, 60, f"task {task_id} to end")
+
+
+async def test_a_message_to_a_working_context_steers_it_or_interrupts_it(
+    api: ApiProcess, fake_model: FakeModelServer
+):
+    """A session that is not a chat takes a message to its context as a steer, for its task;
+    a chat takes `metadata.mode` ("interrupt" here: the model's stream is cut short)."""
+    working = new_id()
+    fake_model.script.set(
+        working, [tool_use("slow_upsert", {"key": "k", "seconds": 2}, id="s1"), answer("fini")]
+    )
+    async with httpx.AsyncClient(
+        base_url=api.url, headers={"Authorization": f"Bearer {TOKENS['alice']}"}, timeout=30
+    ) as http:
+        started = await http.post("/v1/sessions", json={"goal": "write it", "session_id": working})
+        assert started.status_code == 201, started.text
+    async with agent(api, "alice") as alice, agent(api, "bob") as bob:
+        await wait_for(lambda: _async(_requests(fake_model, working)), 30, "the first model call")
+        with pytest.raises(Exception, match=r"no task|already exists"):  # not hers to steer
+            await send(bob, message(text="in German", context_id=working), immediately=True)
+        steered = await send(alice, message(text="in French", context_id=working), immediately=True)
+        assert steered.id == f"{working}.turn-1", steered
+        done = await _ended(alice, steered.id)
+        assert done.status.state == TaskState.TASK_STATE_COMPLETED and answer_of(done) == "fini", done
+        assert _texts(_requests(fake_model, working)[1]) == ["in French"]
+
+        chat = new_id()
+        words = " ".join(f"word{i}" for i in range(600))
+        fake_model.script.set(chat, [answer(words, pace=0.05), answer("short")])
+        first = await send(alice, message(text="write a lot", context_id=chat), immediately=True)
+        [request] = await wait_for(lambda: _async(_requests(fake_model, chat)), 30, "the chat's model call")
+        bad = message(text="stop", context_id=chat)
+        bad.metadata.update({"mode": "now"})
+        with pytest.raises(InvalidParamsError, match="mode"):
+            await send(alice, bad, immediately=True)
+        cut = message(text="one word", context_id=chat)
+        cut.metadata.update({"mode": "interrupt"})
+        interrupted = await send(alice, cut, immediately=True)
+        assert interrupted.id == first.id == f"{chat}.turn-1", interrupted
+        await wait_for(lambda: _async(request.get("closed")), 15, "the model's connection closed")
+        done = await _ended(alice, first.id)
+        assert answer_of(done) == "short" and done.status.state == TaskState.TASK_STATE_COMPLETED, done
+        assert _texts(_requests(fake_model, chat)[1]) == ["write a lot", "one word"]
+
+
+async def _async(value: Any) -> Any:
+    return value
+
+
+async def test_a_budget_that_asks_is_input_required_and_a_reply_raises_or_declines(
+    api: ApiProcess, client: TemporalClient, fake_model: FakeModelServer
+):
+    raised, declined = new_id(), new_id()
+    for session_id in (raised, declined):
+        fake_model.script.set(session_id, [tool_use("get_time", id="t1"), answer("It is noon.")])
+    async with agent(api, "alice") as alice, agent(api, "bob") as bob:
+        tasks: dict[str, Task] = {}
+        for session_id in (raised, declined):
+            sent = message(text="what time is it?", context_id=session_id)
+            sent.metadata.update({"max_steps": 1, "on_limit": "ask"})
+            tasks[session_id] = task = await send(alice, sent)
+            assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED, task
+            [data] = get_data_parts(task.status.message.parts)
+            assert {k: data["limit_reached"][k] for k in ("name", "limit", "used")} == {
+                "name": "max_steps", "limit": 1, "used": 1,
+            }, data  # fmt: skip
+            assert '{"raise"' in task.status.message.parts[0].text
+        waiting = await alice.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_INPUT_REQUIRED))
+        assert {raised, declined} <= {t.context_id for t in waiting.tasks}
+
+        task = tasks[raised]
+        with pytest.raises(Exception, match="no task"):
+            await send(bob, message(data={"raise": {"name": "max_steps", "value": 3}}, task_id=task.id))
+        for bad, says in [
+            ({"raise": {"name": "max_steps"}}, "a raise is"),
+            ({"raise": {"name": "max_steps", "value": True}}, "a raise is"),
+            ({"raise": {"name": "patience", "value": 3}}, "name"),
+            ({"raise": {"name": "max_steps", "value": 1}}, "above"),
+            ({"decline": "yes"}, "a decline is"),
+        ]:
+            with pytest.raises(Exception, match=says) as refused:
+                await send(alice, message(data=bad, task_id=task.id))
+            assert "\n" not in str(refused.value), refused.value
+        done = await send(alice, message(data={"raise": {"name": "max_steps", "value": 3}}, task_id=task.id))
+        assert done.id == task.id and done.status.state == TaskState.TASK_STATE_COMPLETED, done
+        assert answer_of(done) == "It is noon."
+        assert (await control.status(client, raised)).limits.max_steps == 3
+
+        task = tasks[declined]
+        ended = await send(
+            alice, message(data={"decline": True, "reason": "enough"}, task_id=task.id, context_id=declined)
+        )
+        assert ended.status.state == TaskState.TASK_STATE_FAILED, ended
+        assert ended.status.message.parts[0].text == "stopped: max_steps"
+        status = await control.status(client, declined)
+        assert (status.status, status.stop_reason) == ("stopped", "max_steps")

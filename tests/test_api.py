@@ -654,3 +654,28 @@ async def test_a_budget_that_asks_is_raised_over_http(api: ApiProcess, fake_mode
         assert raised.status_code == 200 and raised.json()["limits"]["max_steps"] == 3, raised.text
         done = await wait_status(alice, session_id, "completed")
         assert done["steps"] == 3 and done["limit_reached"] is None
+
+
+async def test_a_message_interrupts_the_model_call_over_http(api: ApiProcess, fake_model: FakeModelServer):
+    words = " ".join(f"word{i}" for i in range(600))
+    async with api.client("alice") as alice, api.client("bob") as bob:
+        started = await start(alice, fake_model, [answer(words, pace=0.05), answer("short")])
+        session_id = started["session_id"]
+
+        async def model_call() -> dict[str, Any] | None:
+            found = [r for r in fake_model.script.requests if r["session"] == session_id]
+            return found[0] if found else None
+
+        request = await wait_for(model_call, 30, "the model call")
+        path = f"/v1/sessions/{session_id}/messages"
+        assert_error(await alice.post(path, json={"text": "stop", "mode": "now"}), 422)
+        assert_error(await bob.post(path, json={"text": "stop", "mode": "interrupt"}), 404)
+        sent = await alice.post(path, json={"text": "one word", "mode": "interrupt"})
+        assert sent.status_code == 200 and sent.json()["session_id"] == session_id, sent.text
+
+        async def closed() -> float | None:
+            return request.get("closed")
+
+        await wait_for(closed, 15, "the model's connection closed")
+        done = await wait_status(alice, session_id, "completed")
+        assert done["answer"] == "short" and done["steps"] == 1

@@ -23,11 +23,13 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types import CallToolResult, ElicitRequestParams, ElicitResult, TextResourceContents
 from temporalio.client import Client as TemporalClient
+from temporalio.common import WorkflowIDConflictPolicy
 
 from devservers import temporal_server
 from devservers.fakemodel import FakeModelServer
 from sessions import control
 from tests.conftest import ROOT, Harness, answer, tool_use
+from tests.support.procs import wait_until
 
 EMAIL = {"to": "team@example.com", "subject": "hi", "body": "x"}
 EDITED = {**EMAIL, "to": "boss@example.com"}
@@ -290,3 +292,87 @@ def _text(read: Any) -> str:
     contents = read.contents[0]
     assert isinstance(contents, TextResourceContents), contents
     return contents.text
+
+
+async def test_stdio_raises_and_declines_a_budget_and_interrupts(
+    stdio: StdioServerParameters, harness: Harness, fake_model: FakeModelServer
+):
+    """start_session with on_limit "ask": wait_for_session returns at the limit, raise_limit
+    lets the session go on, decline_limit stops it; send_message's mode interrupt."""
+    raised, declined, streaming = new_id(), new_id(), new_id()
+    for session_id in (raised, declined):
+        fake_model.script.set(session_id, [tool_use("get_time", id="t1"), answer("It is noon.")])
+    words = " ".join(f"word{i}" for i in range(600))
+    fake_model.script.set(streaming, [answer(words, pace=0.05), answer("short")])
+
+    async def wait(mcp: Client, session_id: str) -> dict[str, Any]:
+        return result(
+            await mcp.call_tool("wait_for_session", {"session_id": session_id, "timeout_seconds": 60})
+        )
+
+    async with Client(stdio) as mcp:
+        for session_id in (raised, declined):
+            started = {"goal": "the time", "session_id": session_id, "max_steps": 1, "on_limit": "ask"}
+            result(await mcp.call_tool("start_session", started))
+            waited = await wait(mcp, session_id)
+            assert waited["returned_because"] == "waiting_budget", waited
+            reached = waited["limit_reached"]
+            assert (reached["name"], reached["limit"], reached["used"]) == ("max_steps", 1, 1), reached
+        too_low = {"session_id": raised, "name": "max_steps", "value": 1}
+        assert "above what is used" in error_line(await mcp.call_tool("raise_limit", too_low))
+        assert "name" in error_line(
+            await mcp.call_tool("raise_limit", {"session_id": raised, "name": "patience", "value": 3})
+        )
+        status = result(await mcp.call_tool("raise_limit", {**too_low, "value": 3}))
+        assert status["limits"]["max_steps"] == 3
+        done = await wait(mcp, raised)
+        assert (done["status"], done["answer"], done["steps"]) == ("completed", "It is noon.", 2), done
+
+        result(await mcp.call_tool("decline_limit", {"session_id": declined, "reason": "enough"}))
+        ended = await wait(mcp, declined)
+        assert (ended["status"], ended["stop_reason"]) == ("stopped", "max_steps"), ended
+        assert "has ended" in error_line(await mcp.call_tool("decline_limit", {"session_id": declined}))
+
+        result(await mcp.call_tool("start_session", {"goal": "write a lot", "session_id": streaming}))
+        [request] = await wait_until(
+            lambda: [r for r in fake_model.script.requests if r["session"] == streaming],
+            timeout=30, what="the model call",
+        )  # fmt: skip
+        sent = {"session_id": streaming, "text": "one word", "mode": "interrupt"}
+        assert result(await mcp.call_tool("send_message", sent))["session_id"] == streaming
+        await wait_until(lambda: request.get("closed"), timeout=15, what="the model's connection closed")
+        assert (await wait(mcp, streaming))["answer"] == "short"
+
+
+async def test_stdio_lists_and_forgets_only_its_users_memories(
+    stdio: StdioServerParameters, harness: Harness
+):
+    from datetime import UTC, datetime
+
+    from activities.memory import Memory, MemoryInput, scope_id
+    from sessions import memory
+    from workflows.memory import MemoryWorkflow
+
+    at = datetime.now(UTC)
+    handles = []
+    for user, key, text in [(MCP_USER, "drink", "green tea"), ("alice", "secret", "alice's")]:
+        handle = await harness.client.start_workflow(
+            MemoryWorkflow.run, MemoryInput(memories=[Memory(key=key, text=text, at=at)]),
+            id=scope_id(user, None), task_queue=harness.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+        )  # fmt: skip
+        handles.append(handle)
+    try:
+        async with Client(stdio) as mcp:
+            mine = result(await mcp.call_tool("list_memories", {}))
+            assert mine["user"] == MCP_USER and [(m["key"], m["text"]) for m in mine["memories"]] == [
+                ("drink", "green tea")
+            ]
+            assert "no memory 'secret'" in error_line(await mcp.call_tool("forget_memory", {"key": "secret"}))
+            assert error_line(await mcp.call_tool("list_memories", {"agent": "../x"}))
+            assert result(await mcp.call_tool("forget_memory", {"key": "drink"}))["memories"] == []
+            assert "no memory 'drink'" in error_line(await mcp.call_tool("forget_memory", {"key": "drink"}))
+        assert [m.key for m in await memory.listing(harness.client, "alice", None)] == ["secret"]
+    finally:
+        for handle in handles:
+            await handle.terminate()

@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.options import DESCRIBE_TOOLS_ATTEMPTS
     from workflows.outcomes import Finished, HandOver
     from workflows.session import Session, fmt_duration
-    from workflows.state import SessionState
+    from workflows.state import SETTLED, SessionState
     from workflows.stopping import lets_calls_finish, stop_calls
     from workflows.subagents import CHILD_APPROVALS, ChildApprovals, SubAgents, subagent_specs
     from workflows.temporal import Failed, Temporal
@@ -372,7 +372,16 @@ class AgentWorkflow:
         cancelled = asyncio.create_task(self.temporal.wait(lambda: state.cancel_requested is not None))
         timeout = asyncio.create_task(self.clock.run_out(limits.timeout_seconds))
         try:
-            await workflow.wait([loop, cancelled, timeout], return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                interrupted = asyncio.create_task(self.temporal.wait(self._interrupt_cuts))
+                try:
+                    ends = [loop, cancelled, timeout, interrupted]
+                    await workflow.wait(ends, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    interrupted.cancel()
+                if loop.done() or cancelled.done() or timeout.done():
+                    break
+                loop = await self._interrupt(loop)
         except asyncio.CancelledError:
             await self._stop(loop)
             self.clock.stop()
@@ -421,8 +430,8 @@ class AgentWorkflow:
             stop = reply.stop_reason
             if stop == "tool_use" and reply.message.tool_uses():
                 continue  # its tools run at the top of the loop
-            if stop == "pause_turn" or (stop in ("end_turn", "tool_use") and state.steers()):
-                continue  # a steer sent meanwhile gets one more call of this run
+            if stop == "pause_turn" or (stop in ("end_turn", "tool_use") and state.for_this_run()):
+                continue  # a steer (or an interrupt) sent meanwhile gets one more call of this run
             if stop in ("end_turn", "tool_use"):
                 if self.typed is not None:
                     self.typed.text_answer(reply)
@@ -431,6 +440,33 @@ class AgentWorkflow:
             if stop in ("max_tokens", "refusal"):
                 raise Finished("stopped", stop_reason=stop)
             raise Finished("stopped", stop_reason="unknown")
+
+    def _interrupt_cuts(self) -> bool:
+        """An interrupt is pending and there is work in flight to cut short for it: the
+        model call, or the last response's tool calls that have no outcome yet (running,
+        waiting for approval, not yet started); once cut, they all have one."""
+        state = self.session.state
+        if not state.interrupts():
+            return False
+        open_calls = (state.calls[use.id].status not in SETTLED for use in state.unanswered_uses())
+        return self.model.in_flight or any(open_calls)
+
+    async def _interrupt(self, loop: asyncio.Task[None]) -> asyncio.Task[None]:
+        """Cut the loop's work short for an interrupt, with the steps of a stop (an at-most-once
+        call ends first, the workers are asked to stop the other calls), close the calls that
+        will not run, and go on with a new loop, which gives the model the message
+        (workflows/messages.py). A loop that ended meanwhile stands, with its outcome."""
+        in_flight = self.temporal.activities_in_flight > 0
+        stops = self.tools.stopping = in_flight and lets_calls_finish(self.session)
+        loop.cancel()
+        if stops:
+            await stop_calls(self.session)
+        await workflow.wait([loop])
+        self.tools.stopping = False
+        if not loop.cancelled():
+            return loop
+        self.tools.interrupted()
+        return asyncio.create_task(self._loop())
 
     async def _stop(self, loop: asyncio.Task[None]) -> None:
         """Stop the loop: Temporal cancels its activities; with a model call or a regular tool

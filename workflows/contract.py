@@ -24,6 +24,7 @@ from workflows.records import (
     ToolCallRecord,
     TraceTurn,
 )
+from workflows.records import MessageMode as MessageMode  # a wire type, re-exported
 from workflows.state import SessionState
 
 FINAL_STATUSES = ("completed", "stopped", "failed", "cancelled")
@@ -280,8 +281,9 @@ class SessionInput(BaseModel):
 class UserMessage(BaseModel):
     text: str = Field(min_length=1, max_length=200_000)
     # `queue`: after the run's answer (a chat's default); `steer`: at the model's next call in
-    # the current run (the default otherwise). workflows/messages.py.
-    mode: Literal["queue", "steer"] | None = None
+    # the current run (the default otherwise); `interrupt`: the work in flight is cut short and
+    # the message is the model's next user turn. workflows/messages.py.
+    mode: MessageMode | None = None
 
     @field_validator("text")
     @classmethod
@@ -328,7 +330,7 @@ class PendingMessageView(BaseModel):
     """A pending message as `status` shows it: its id, mode, length and when it was sent."""
 
     id: int
-    mode: Literal["queue", "steer"]
+    mode: MessageMode
     chars: int
     sent_at: datetime | None = None
 

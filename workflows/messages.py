@@ -10,6 +10,14 @@ model call in the same run, so it is never lost; it does not start a run, so the
 resumes (the loop waits first); one sent to a chat waiting for input starts its next run,
 as a queued message does. Each delivery publishes `message_delivered {id, step}`.
 
+`interrupt` first cuts short the work in flight (`AgentWorkflow._interrupt`, with the steps
+of a stop, workflows/stopping.py): the running model call is closed where it runs and its
+reply never recorded; running read-only and idempotent tools (and sub-agents, waits) are
+cancelled; a running at-most-once tool ends and keeps its result; a call waiting for
+approval is denied with the reason `INTERRUPTED`, and one not yet started does not run.
+Then the message is delivered as a steer is: the next user turn, with the calls' results.
+With nothing in flight it is a steer.
+
 Message ids count every message of every mode, from the goal's 1 (`last_message_id`).
 Pending messages are bounded (`MAX_PENDING`, `MAX_PENDING_CHARS`): one more is refused.
 """
@@ -20,16 +28,18 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.wire import ContentBlock, Message, TextBlock
-    from workflows.contract import UserMessage
+    from workflows.contract import MessageMode, UserMessage
     from workflows.events import MessageDelivered
     from workflows.records import PendingMessage
     from workflows.session import Session
 
 MAX_PENDING = 20
 MAX_PENDING_CHARS = 1_000_000
+# Why a call waiting for approval was denied, and a call not yet started did not run.
+INTERRUPTED = "interrupted by a new message"
 
 
-def mode_of(session: Session, message: UserMessage) -> str:
+def mode_of(session: Session, message: UserMessage) -> MessageMode:
     return message.mode or ("queue" if session.input.chat else "steer")
 
 
@@ -60,20 +70,24 @@ def send(session: Session, message: UserMessage) -> int:
     if last is None:  # as sessions before the count kept it: the turns taken and those waiting
         last = state.user_turns + len(state.pending)
     state.last_message_id = last + 1
-    mode = "queue" if mode_of(session, message) == "queue" else "steer"
-    state.pending.append(PendingMessage(id=last + 1, mode=mode, text=message.text, sent_at=workflow.now()))
+    state.pending.append(
+        PendingMessage(id=last + 1, mode=mode_of(session, message), text=message.text, sent_at=workflow.now())
+    )
     session.view.changed()
     return last + 1
 
 
 def deliver_steers(session: Session) -> None:
-    """Before a model call: the pending steers join the user turn it answers (after the tool
-    results) or make one of their own after an answer."""
+    """Before a model call: the pending steers and interrupts join the user turn it answers
+    (after the tool results) or make one of their own after an answer."""
     state = session.state
-    steers = state.steers()
+    steers = state.for_this_run()
     if not steers:
         return
     blocks: list[ContentBlock] = [TextBlock(text=m.text) for m in steers]
+    # Joined to a person's message (the goal, when an interrupt cut the run's first call
+    # short), the call still starts the run; joined to tool results, it does not.
+    starts_run = state.next_call_starts_run()
     last = state.messages[-1]
     if last.role == "user":  # not yet sent: the tool results (or a message) the call answers
         joined = Message(role="user", content=[*last.content, *blocks])
@@ -81,8 +95,8 @@ def deliver_steers(session: Session) -> None:
         state.unsent = [*state.unsent[:-1], joined] if state.unsent else [joined]
     else:
         state.append(Message(role="user", content=blocks), sent=False)
-    state.pending = [m for m in state.pending if m.mode != "steer"]
-    state.steered = True
+    state.pending = [m for m in state.pending if m.mode == "queue"]
+    state.steered = not starts_run
     for message in steers:
         session.view.publish(MessageDelivered(id=message.id, step=state.steps + 1))
     session.view.changed()

@@ -35,6 +35,8 @@ WAIT_TOOLS = (SLEEP, WAIT_FOR_EVENT)
 CallStatus = Literal[
     "pending", "waiting_approval", "running", "done", "error", "denied", "cancelled", "not_run", "unknown"
 ]
+# How a person's message joins a working session (workflows/messages.py).
+MessageMode = Literal["queue", "steer", "interrupt"]
 
 
 class Notifications(BaseModel):
@@ -78,10 +80,11 @@ class ChildSpend(BaseModel):
 class PendingMessage(BaseModel):
     """A person's message the model has not had yet (`send_message`): `queue` waits for the
     run's answer and starts the next run (a chat's); `steer` goes to the model's next call in
-    the current run, after the pending tool results."""
+    the current run, after the pending tool results; `interrupt` too, once the work in flight
+    has been cut short."""
 
     id: int
-    mode: Literal["queue", "steer"]
+    mode: MessageMode
     text: str
     sent_at: datetime | None = None  # None: queued by a session that kept no time
 

@@ -236,8 +236,12 @@ class SessionState(BaseModel):
     def queued(self) -> list[PendingMessage]:
         return [m for m in self.pending if m.mode == "queue"]
 
-    def steers(self) -> list[PendingMessage]:
-        return [m for m in self.pending if m.mode == "steer"]
+    def for_this_run(self) -> list[PendingMessage]:
+        """The messages for the model's next call in the current run: steers and interrupts."""
+        return [m for m in self.pending if m.mode != "queue"]
+
+    def interrupts(self) -> list[PendingMessage]:
+        return [m for m in self.pending if m.mode == "interrupt"]
 
     def spec(self, name: str) -> ToolSpec | None:
         return next((s for s in self.specs if s.name == name), None)

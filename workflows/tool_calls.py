@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.contract import TIMED_OUT, CallStatus, ToolCallRecord, memory_scope
     from workflows.events import ApprovalRequested, DecisionRecorded, ToolCallEnded, ToolCallStarted
     from workflows.loops import STOP_REASON, Loops
+    from workflows.messages import INTERRUPTED
     from workflows.outcomes import Finished, HandOver
     from workflows.records import SLEEP, WAIT_FOR_EVENT, PendingApproval
     from workflows.session import Session, fmt_duration, short
@@ -103,6 +104,24 @@ class ToolRunner:
                 return refused
         await wait_while_paused(self.session)
         return await self._execute(call, spec)
+
+    def interrupted(self) -> None:
+        """After an interrupt cut the calls short: a call waiting for approval is denied, and
+        one not yet started does not run (each with `INTERRUPTED` as its reason)."""
+        for use in self.state.unanswered_uses():
+            call = self.state.calls[use.id]
+            if call.status == "waiting_approval":
+                call.status, call.reason = "denied", INTERRUPTED
+                self.session.view.publish(
+                    DecisionRecorded(
+                        tool_use_id=call.tool_use_id, name=call.name, approved=False, reason=INTERRUPTED
+                    )
+                )
+                self._close(call, "denied", f"denied: {INTERRUPTED}")
+            elif call.status == "running":  # its task was cancelled before it could say so
+                self._close(call, "cancelled", f"cancelled: {INTERRUPTED}")
+            elif call.status not in SETTLED:
+                self._close(call, "not_run", f"not run: {INTERRUPTED}")
 
     def _needs_approval(self, call: ToolCallRecord, spec: ToolSpec) -> bool:
         """The agent's rule for this tool ("always", "never"), else the tool's own."""

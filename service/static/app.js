@@ -5,7 +5,8 @@
 
 const $ = (selector) => document.querySelector(selector);
 const EVENT_TYPES = ["status", "turn", "tool_call", "tool_result", "approval", "decision",
-  "sleeping", "waiting_event", "event_received", "answered", "user_message", "continued", "end", "delta", "thinking_delta"];
+  "sleeping", "waiting_event", "event_received", "answered", "user_message", "message_delivered",
+  "limit_reached", "limit_raised", "continued", "end", "delta", "thinking_delta"];
 const FINAL = ["completed", "stopped", "failed", "cancelled"];
 let me = null;
 let listTimer = null;
@@ -119,11 +120,14 @@ async function startSession(event) {
 
 function openSession(id) {
   closeSession();
-  current = { id, lastId: -1, source: null, ended: false, retry: 1000, pendingKey: "", refreshing: null };
+  current = { id, lastId: -1, source: null, ended: false, retry: 1000, pendingKey: "", limitKey: "",
+    refreshing: null, delivered: {}, unmatched: null, modeChosen: false };
   $("#session-title").textContent = id;
   $("#conversation").replaceChildren();
   $("#approvals").replaceChildren();
+  $("#limit").replaceChildren();
   $("#final").replaceChildren();
+  $("#message-error").textContent = "";
   $("#session-error").textContent = "";
   if (me) $("#temporal-link").href = `${me.temporal_ui_url}/namespaces/${encodeURIComponent(me.namespace)}/workflows/${encodeURIComponent(id)}`;
   showGoal(current);
@@ -225,6 +229,15 @@ function show(view, type, event) {
     waiting_event: () => { note(`waiting for the event ${event.name} until ${when(event.until)}`); refreshStatus(); },
     event_received: () => note(`event ${event.name} received`),
     user_message: () => $("#conversation").append(userMessage(event.text, `message ${event.turn}`)),
+    message_delivered: () => delivered(view, event),
+    limit_reached: () => {
+      note(`${event.name} reached: ${number(event.name, event.used)} used of ${number(event.name, event.limit)}; waiting for a raise or a decline`);
+      refreshStatus();
+    },
+    limit_raised: () => {
+      note(`${event.name} raised to ${number(event.name, event.value)}${event.decided_by ? ` by ${event.decided_by}` : ""}`);
+      refreshStatus();
+    },
     answered: () => refreshStatus(),
     continued: () => $("#conversation").append(el("p", { class: "muted", text: `continued as new (run ${event.run})` })),
     status: () => refreshStatus(),
@@ -243,6 +256,48 @@ function when(iso) {
 
 function userMessage(text, who) {
   return el("div", { class: "message user" }, el("div", { class: "who", text: who }), el("div", { class: "text", text }));
+}
+
+const number = (name, value) => name === "cost_budget" ? `$${Number(value).toFixed(4)}` : Number(value).toLocaleString();
+
+// A steer or an interrupt the page sends: shown at once, and marked when the model gets it
+// (`message_delivered`). Its id comes with the send's answer while it is pending; one the
+// model got before that answer takes the id of the next delivery (`view.unmatched`).
+function sentMessage(text, mode) {
+  const block = userMessage(text, "");
+  block.classList.add("sent");
+  block.dataset.mode = mode;
+  labelSent(block, null, null);
+  return block;
+}
+
+function labelSent(block, id, step) {
+  const got = step != null ? `the model got it at step ${step}` : id != null ? "waiting for the model" : "sending…";
+  block.querySelector(".who").textContent = `${id != null ? `message ${id}` : "your message"} · ${block.dataset.mode} · ${got}`;
+}
+
+function delivered(view, event) {
+  view.delivered[event.id] = event.step;
+  let block = document.getElementById(`message-${event.id}`);
+  if (!block && view.unmatched) {
+    block = view.unmatched;
+    view.unmatched = null;
+    block.id = `message-${event.id}`;
+  }
+  if (!block) {
+    note(`message ${event.id} went to the model at step ${event.step}`);
+  } else {
+    labelSent(block, event.id, event.step);
+    const turn = document.getElementById(`turn-${event.step}`);
+    if (turn && !turn.dataset.done) {
+      // An interrupt cut this step's call short: its text is gone, and the step starts again after the message.
+      turn.querySelector(".text").textContent = "";
+      turn.querySelector(".thinking").textContent = "";
+      delete turn.dataset.attempt;
+      turn.before(block);
+    }
+  }
+  refreshStatus();
 }
 
 function turnBlock(step) {
@@ -359,8 +414,41 @@ function renderStatus(view, status) {
   $("#pause").disabled = over || status.status === "paused";
   $("#resume").disabled = status.status !== "paused";
   $("#cancel").disabled = over;
-  $("#message-form").hidden = !status.chat || over;
+  $("#message-form").hidden = over;
+  $("#close-chat").hidden = !status.chat;
+  // A chat queues by default, another session steers; queue needs a chat.
+  $("#message-mode option[value=queue]").disabled = !status.chat;
+  if (!view.modeChosen) $("#message-mode").value = status.chat ? "queue" : "steer";
   renderApprovals(view, over ? [] : status.pending_approvals);
+  renderLimit(view, over || status.status !== "waiting_budget" ? null : status.limit_reached);
+}
+
+// The limit a session waits at (on_limit "ask"): raise it, or decline.
+function renderLimit(view, reached) {
+  const key = reached ? `${reached.name}@${reached.at}` : "";
+  if (key === view.limitKey) return; // keep what the person is typing
+  view.limitKey = key;
+  $("#limit").replaceChildren(...(reached ? [limitBanner(view, reached)] : []));
+}
+
+function limitBanner(view, reached) {
+  const money = reached.name === "cost_budget";
+  const value = el("input", { type: "number", class: "value", min: "0", step: money ? "0.01" : "1",
+    "aria-label": `new ${reached.name}` });
+  const doubled = Math.max(reached.limit * 2, reached.used + (money ? 0.01 : 1));
+  value.value = money ? doubled.toFixed(2) : String(Math.ceil(doubled));
+  const reason = el("input", { class: "reason", placeholder: "reason (for a decline)" });
+  const error = el("p", { class: "error", role: "alert" });
+  const raise = el("button", { type: "button", class: "raise", text: "Raise" });
+  const decline = el("button", { type: "button", class: "decline danger", text: "Decline" });
+  raise.onclick = () => decide(view, "limits", { name: reached.name, value: Number(value.value) }, error);
+  decline.onclick = () => decide(view, "limits", { decline: true, reason: reason.value || null }, error);
+  const deadline = reached.deadline ? ` · it stops at ${when(reached.deadline)} without an answer` : "";
+  return el("div", { class: "approval limit", "data-limit": reached.name },
+    el("h3", { text: `Limit reached: ${reached.name}` }),
+    el("p", { class: "used", text: `${number(reached.name, reached.used)} used of ${number(reached.name, reached.limit)}${deadline}` }),
+    el("label", { text: "New limit (above what is used)" }), value,
+    el("div", { class: "row" }, raise, reason, decline), error);
 }
 
 function renderApprovals(view, pending) {
@@ -395,7 +483,7 @@ async function decide(view, action, body, errorNode) {
   try {
     const status = await api(`/v1/sessions/${encodeURIComponent(view.id)}/${action}`, { method: "POST", body });
     errorNode.textContent = "";
-    if (view === current) { view.pendingKey = null; renderStatus(view, status); }
+    if (view === current) { view.pendingKey = null; view.limitKey = null; renderStatus(view, status); }
   } catch (error) {
     errorNode.textContent = error.message;
   }
@@ -412,15 +500,87 @@ async function control(action, body) {
   }
 }
 
+async function sendMessage(event) {
+  event.preventDefault();
+  const view = current;
+  const text = $("#message").value;
+  const mode = $("#message-mode").value;
+  if (!view || !text.trim()) return;
+  $("#send").disabled = true;
+  // A queued message shows when the chat takes it (`user_message`); a steer or an interrupt, now.
+  const block = mode === "queue" ? null : sentMessage(text, mode);
+  if (block) { $("#conversation").append(block); view.unmatched = block; }
+  try {
+    const status = await api(`/v1/sessions/${encodeURIComponent(view.id)}/messages`,
+      { method: "POST", body: { text, mode } });
+    $("#message").value = "";
+    $("#message-error").textContent = "";
+    if (view !== current || !block || view.unmatched !== block) return renderStatus(view, status);
+    const mine = status.pending_messages.filter((m) => m.mode === mode).map((m) => m.id);
+    if (mine.length) { // still pending: its id is the newest of its mode
+      const id = Math.max(...mine);
+      block.id = `message-${id}`;
+      view.unmatched = null;
+      labelSent(block, id, view.delivered[id]);
+    }
+    renderStatus(view, status);
+  } catch (error) {
+    if (block) { block.remove(); if (view.unmatched === block) view.unmatched = null; }
+    $("#message-error").textContent = error.message;
+  } finally {
+    $("#send").disabled = false;
+  }
+}
+
+// ---- memories ------------------------------------------------------------------------
+
+async function showMemories(event) {
+  if (event) event.preventDefault();
+  const agent = $("#memory-agent").value.trim();
+  const scope = agent ? `?agent=${encodeURIComponent(agent)}` : "";
+  try {
+    const found = await api(`/v1/memory${scope}`);
+    renderMemories(found, scope);
+    $("#memory-error").textContent = "";
+  } catch (error) {
+    $("#memory-error").textContent = error.message;
+  }
+}
+
+function renderMemories(found, scope) {
+  $("#memory-empty").hidden = found.memories.length > 0;
+  $("#memories").replaceChildren(...found.memories.map((m) => {
+    const forget = el("button", { type: "button", class: "forget danger", text: "Forget" });
+    forget.onclick = async () => {
+      try {
+        renderMemories(await api(`/v1/memory/${encodeURIComponent(m.key)}${scope}`, { method: "DELETE" }), scope);
+        $("#memory-error").textContent = "";
+      } catch (error) {
+        $("#memory-error").textContent = error.message;
+      }
+    };
+    return el("div", { class: "memory card", "data-key": m.key },
+      el("div", { class: "row" }, el("strong", { text: m.key }),
+        el("span", { class: "muted", text: `${new Date(m.at).toLocaleString()}${m.session_id ? ` · from ${m.session_id}` : ""}` }),
+        forget),
+      el("div", { class: "text", text: m.text }));
+  }));
+}
+
 // ---- routing -------------------------------------------------------------------------
 
 function route() {
   const match = location.hash.match(/^#\/s\/(.+)$/);
+  const memory = location.hash === "#/memory";
   clearInterval(listTimer);
-  $("#list-view").hidden = Boolean(match);
+  $("#list-view").hidden = Boolean(match) || memory;
   $("#session-view").hidden = !match;
+  $("#memory-view").hidden = !memory;
   if (match) {
     openSession(decodeURIComponent(match[1]));
+  } else if (memory) {
+    closeSession();
+    showMemories();
   } else {
     closeSession();
     refreshList();
@@ -444,11 +604,9 @@ async function init() {
     const reason = prompt("Cancel this session? Reason (optional):");
     if (reason !== null) control("cancel", { reason: reason || null });
   };
-  $("#message-form").addEventListener("submit", (event) => {
-    event.preventDefault();
-    const text = $("#message").value;
-    if (text.trim()) control("messages", { text }).then(() => { $("#message").value = ""; });
-  });
+  $("#message-form").addEventListener("submit", sendMessage);
+  $("#message-mode").addEventListener("change", () => { if (current) current.modeChosen = true; });
+  $("#memory-form").addEventListener("submit", showMemories);
   $("#close-chat").onclick = () => control("close");
   window.addEventListener("hashchange", route);
   route();
