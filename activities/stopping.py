@@ -30,9 +30,8 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import httpx2 as httpx
 from temporalio import activity
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import PendingActivityState, WorkflowExecutionStatus
@@ -42,6 +41,9 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError
 
 from activities.wire import CallsStopped, StopCalls
+
+if TYPE_CHECKING:
+    import httpx2 as httpx
 
 log = logging.getLogger("activities.stopping")
 
@@ -206,6 +208,8 @@ async def stop_calls(request: StopCalls) -> CallsStopped:
             asks.append((pending.activity_id, url + cancel_path(request.session_id, pending.activity_id)))
     if not asks:
         return found
+    import httpx2 as httpx  # only a stop with calls to ask about needs an HTTP client
+
     async with httpx.AsyncClient(timeout=ASK_TIMEOUT_S) as http:
         answers = await asyncio.gather(*(_ask(http, url, request) for _, url in asks), return_exceptions=True)
     for (activity_id, _), answer in zip(asks, answers, strict=True):

@@ -22,8 +22,6 @@ import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
-
 from infra.errors import BadRequest, ConfigError
 
 ALLOW_ENV = "AGENT_NOTIFY_ALLOW"
@@ -117,6 +115,8 @@ def normalized(url: str) -> str:
     host = f"[{host}]" if ":" in host else host
     netloc = host if port in (None, DEFAULT_PORTS[scheme]) else f"{host}:{port}"
     path = _without_dot_segments(_decoded(parts.path))
+    import httpx  # the client the worker POSTs with; loaded only when a URL is checked
+
     sent = str(httpx.URL(urlunsplit((scheme, netloc, path, parts.query, ""))))
     if str(httpx.URL(sent)) != sent:  # what the worker POSTs to is exactly what was checked
         raise NotifyRefused(f"not a URL that can be sent as it is checked: {url!r}")
