@@ -25,7 +25,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from infra import memory
-from worker import add_capacity_flags, capacity_options
+from worker import CAPACITY_FLAGS, add_capacity_flags, capacity_options
 
 PROJECT = ("project", "project-regular")
 
@@ -83,9 +83,11 @@ def parse() -> argparse.Namespace:
 
 async def main() -> None:
     args = parse()
-    options = capacity_options(args)
-    if options and args.contender not in PROJECT:
+    given = [name for name in (*CAPACITY_FLAGS, "sticky_timeout") if getattr(args, name) is not None]
+    if given and args.contender not in PROJECT:
         raise SystemExit("worker options apply to this project's worker only")
+    # This project's worker sizes itself as `worker.py` does; the others keep their own defaults.
+    options = capacity_options(args) if args.contender in PROJECT else {}
     worker = await build(args.contender, args.address, args.queue, args.fake_url, options)
     watch = None
     if args.contender in PROJECT:

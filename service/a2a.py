@@ -44,7 +44,7 @@ import base64
 import json
 import re
 import time
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Collection, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -357,10 +357,13 @@ def _user(context: ServerCallContext) -> User:
 class _Following:
     """A task followed through its session's events: status updates when its state or
     message changes, the model's text of its turn as chunks of the answer, until it is
-    terminal, needs input, or the deadline passes."""
+    terminal, needs input (unless `stops` says only terminal), or the deadline passes."""
 
-    def __init__(self, sessions: Sessions, ref: TaskRef, status: SessionStatus):
+    def __init__(
+        self, sessions: Sessions, ref: TaskRef, status: SessionStatus, stops: Collection[int] = STOPS
+    ):
         self.sessions = sessions
+        self.stops = stops
         self.ref = ref
         self.status = status
         self.task = task_of(status, ref.turn)
@@ -371,7 +374,7 @@ class _Following:
         self, deadline: float | None
     ) -> AsyncGenerator[TaskStatusUpdateEvent | TaskArtifactUpdateEvent]:
         async with steering.Watch(self.sessions.feeds, self.ref.session_id) as watch:
-            while self.task.status.state not in STOPS:
+            while self.task.status.state not in self.stops:
                 remaining = (
                     STATUS_EVERY if deadline is None else min(STATUS_EVERY, deadline - time.monotonic())
                 )
@@ -704,7 +707,8 @@ class SessionTasks(RequestHandler):
                 self.sessions_of(), user, ref.session_id, AgentWorkflow.cancel_session, request
             )
             status = await control.status(self.sessions_of().client, ref.session_id)
-            following = _Following(self.sessions_of(), ref, status)
+            # Until it has ended: a session waiting for a decision needs input until its cancel lands.
+            following = _Following(self.sessions_of(), ref, status, stops=TERMINAL)
             async for _ in following.events(time.monotonic() + CANCEL_SECONDS):
                 pass
         return await self._task(user, ref)

@@ -208,7 +208,9 @@ async def test_a_message_to_a_task_that_has_ended_is_an_unsupported_operation(
         second = await send(alice, message(text="two", context_id=chat))
         assert (first.status.state, second.status.state) == (TaskState.TASK_STATE_COMPLETED,) * 2
         cancelled = await send(alice, message(text="wait", context_id=ended), immediately=True)
-        await alice.cancel_task(CancelTaskRequest(id=cancelled.id))
+        # A cancel answers once the task has ended, even one waiting for a decision.
+        ended_task = await alice.cancel_task(CancelTaskRequest(id=cancelled.id))
+        assert ended_task.status.state == TaskState.TASK_STATE_CANCELED, ended_task.status
         for task in (first, second, cancelled):
             for sent in (
                 message(text="more", task_id=task.id),
