@@ -1,8 +1,8 @@
 """The benchmark harness runs end to end in its quick mode and writes its page.
 
-Only the contenders that need no optional package (the plain loop, the Temporal floor
-and this project, both ways) and the reference run on a default server; the scale
-scenario at its quick size is a slow test (`pytest -m slow`). No timing is asserted, only
+By default one session each way (the plain loop, this project) and the reference run on a
+default server; every contender that needs no optional package on three scenarios, and
+the load scenario, are slow tests (`pytest -m slow`). No timing is asserted, only
 that each was measured. The economy
 scenario runs on its own at its quick size: the floor's billable actions, which its
 workflow fixes, are checked against both counts (history and the server's counter), and
@@ -26,7 +26,35 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.process
+def test_quick_benchmark_of_one_session_writes_the_page(tmp_path: Path):
+    """The plain loop and this project, one session each way, and the reference run on a
+    server with Temporal's defaults: the page's sections and contenders are written."""
+    out = tmp_path / "docs"
+    run = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out), "--only", "plain,project", "--scenarios", "single"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    page = (out / "benchmarks.md").read_text()
+    for heading in ("## One session", "## The goals in this run", "## Machine and versions",
+                    "## The same work on a server with Temporal's default settings"):  # fmt: skip
+        assert heading in page
+    for key in ("plain", "project"):
+        assert f"| {key} |" in page
+    assert "| floor |" not in page and "pydantic-ai |" not in page  # only what ran
+    section = page.split("## Contenders")[1].split("\n## ")[0]
+    contenders = {line.split("**")[1]: line for line in section.splitlines() if line.startswith("- **")}
+    assert contenders["project"].endswith("every one streamed."), contenders["project"]
+    assert contenders["plain"].endswith("none streamed."), contenders["plain"]
+    assert "failed" not in page.split("## One session")[1].split("\n## ")[0]
+    assert "## Failures seen in this run" not in page
+
+
+@pytest.mark.slow
+@pytest.mark.process
 def test_quick_benchmark_writes_the_report(tmp_path: Path):
+    """Every contender that needs no optional package, on three scenarios (`pytest -m slow`:
+    two minutes beside the suite; the test above covers one session each way)."""
     out = tmp_path / "docs"
     run = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(out),
