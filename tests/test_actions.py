@@ -29,7 +29,6 @@ from devservers.fakemodel import FakeModelServer
 from sessions import control, listing
 from sessions.archive import whole_history
 from tests.conftest import Harness, answer, model_activities, tool_use
-from tests.support.billing import LA_BATCH_OFF_BY_ONE
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
 from tests.test_agents import cli, team
@@ -120,11 +119,11 @@ async def _a_busy_session(harness: Harness, dev_server) -> tuple[WorkflowHandle,
         goal="do the thing", limits=Limits(continue_as_new_after_steps=2), search_attributes=True
     )
     handle = await control.start(harness.client, session_input, session_id, task_queue=harness.task_queue)  # fmt: skip
-    await wait_for_status(handle, "waiting_approval", timeout=60)
+    await wait_for_status(handle, "waiting_approval", timeout=60, queried=False)
     with pytest.raises(WorkflowUpdateFailedError):
         await handle.execute_update(AgentWorkflow.approve_call, Decision(tool_use_id="nope"))
     await handle.signal(AgentWorkflow.pause)
-    await wait_for_status(handle, "paused")
+    await wait_for_status(handle, "paused", queried=False)
     await handle.signal(AgentWorkflow.resume)
     await handle.execute_update(AgentWorkflow.approve_call, Decision(tool_use_id="e1"))
     result: SessionStatus = await asyncio.wait_for(handle.result(), 60)
@@ -133,7 +132,6 @@ async def _a_busy_session(harness: Harness, dev_server) -> tuple[WorkflowHandle,
     return handle, heartbeats, rejected
 
 
-@LA_BATCH_OFF_BY_ONE
 async def test_the_sessions_count_is_its_history_and_the_servers_heartbeats(
     client: Client, fake_model: FakeModelServer, data_dir: Path, dev_server
 ):
@@ -172,7 +170,6 @@ async def test_the_sessions_count_is_its_history_and_the_servers_heartbeats(
     )
 
 
-@LA_BATCH_OFF_BY_ONE
 async def test_a_subagent_is_counted_in_its_parent(harness: Harness, tmp_path: Path):
     parent = f"test-{uuid.uuid4().hex[:10]}"
     child = f"{parent}.sub-1"
@@ -182,7 +179,7 @@ async def test_a_subagent_is_counted_in_its_parent(harness: Harness, tmp_path: P
                              definitions=team(tmp_path))  # fmt: skip
     assert code == 0, err
     handle = harness.client.get_workflow_handle_for(AgentWorkflow.run, parent)
-    await wait_for_status(handle, "waiting_approval")
+    await wait_for_status(handle, "waiting_approval", queried=False)
     code, _, err = await cli(harness, "approve", parent, "e9")  # a signal-free update routed to the child
     assert code == 0, err
     result: SessionStatus = await handle.result()
@@ -194,7 +191,6 @@ async def test_a_subagent_is_counted_in_its_parent(harness: Harness, tmp_path: P
     assert result.temporal_actions == own.total + theirs.total, (own.as_dict(), theirs.as_dict())
 
 
-@LA_BATCH_OFF_BY_ONE
 async def test_a_sleeping_subagents_word_to_its_parent_is_counted(harness: Harness, tmp_path: Path):
     """The child's signals that it sleeps and wakes (its parent's working time stops
     meanwhile) are counted in the parent, where they are received."""

@@ -24,6 +24,7 @@ from temporalio.worker import (
 from devservers.fakemodel import FakeModelServer
 from infra.datadir import read_effects
 from tests.conftest import Harness, answer, model_activities, tool_use
+from tests.support.procs import wait_for_status
 from tests.support.tools import TOOLS
 from worker import build_worker
 from workflows.contract import CancelRequest, Decision, SessionHistory, SessionStatus
@@ -395,16 +396,3 @@ async def until_calls(handle, status: str, timeout: float = 30) -> SessionHistor
                 f"tool calls stayed {[c.status for c in history.tool_calls]}, wanted {status}"
             )
         await asyncio.sleep(0.05)
-
-
-async def wait_for_status(handle, status: str, timeout: float = 20):
-    from workflows.contract import SessionStatus
-
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        snapshot = await handle.query("status", result_type=SessionStatus)
-        if snapshot.status == status:
-            return snapshot
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"status stayed {snapshot.status}, wanted {status}")
-        await asyncio.sleep(0.1)

@@ -8,20 +8,12 @@ from typing import Any
 
 from infra.datadir import read_effects
 from tests.conftest import Harness, answer, tool_use
-from workflows.contract import FINAL_STATUSES, Decision, SessionStatus
+from tests.support.procs import wait_for_status
+from workflows.contract import Decision, SessionStatus
 
 
 async def status_of(handle: Any) -> SessionStatus:
     return await handle.query("status", result_type=SessionStatus)
-
-
-async def wait_for_status(handle: Any, status: str, timeout: float = 60) -> SessionStatus:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while (snapshot := await status_of(handle)).status != status:
-        assert snapshot.status not in FINAL_STATUSES, f"never {status}: {snapshot.status}"
-        assert asyncio.get_running_loop().time() < deadline, f"never {status}: {snapshot.status}"
-        await asyncio.sleep(0.1)
-    return snapshot
 
 
 def same_note(i: int) -> dict[str, Any]:

@@ -31,7 +31,6 @@ from infra.notify import ALLOW_ENV, NotifyRefused, check_targets
 from sessions import control, start_input
 from tests.conftest import ROOT, Harness, answer, model_activities, tool_use
 from tests.support.api import serve_api
-from tests.support.billing import LA_BATCH_OFF_BY_ONE
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
 from tests.test_actions import counted
@@ -146,7 +145,6 @@ async def billed(client: Client, session_id: str, notifications: int) -> int:
     return total.total
 
 
-@LA_BATCH_OFF_BY_ONE
 async def test_notifications_are_signed_retried_with_one_key_and_counted(
     notifying: Harness, receiver: Receiver
 ):
@@ -159,7 +157,7 @@ async def test_notifications_are_signed_retried_with_one_key_and_counted(
         notify=[hook],
         limits={"continue_as_new_after_steps": 1},
     )
-    await wait_for_status(handle, "waiting_approval")
+    await wait_for_status(handle, "waiting_approval", queried=False)
     deadline = asyncio.get_running_loop().time() + 20
     while len(receiver.of(handle.id)) < 3:
         assert asyncio.get_running_loop().time() < deadline, receiver.of(handle.id)
@@ -210,7 +208,6 @@ async def test_notifications_are_signed_retried_with_one_key_and_counted(
     assert final.temporal_actions == await billed(notifying.client, handle.id, 2)
 
 
-@LA_BATCH_OFF_BY_ONE
 async def test_a_receiver_that_is_down_delays_neither_the_work_nor_the_end(
     notifying: Harness, receiver: Receiver
 ):
@@ -218,7 +215,7 @@ async def test_a_receiver_that_is_down_delays_neither_the_work_nor_the_end(
     handle = await notifying.start(
         [tool_use("send_email", EMAIL, id="e1"), answer("done")], notify=[receiver.url + "/down"]
     )
-    await wait_for_status(handle, "waiting_approval")
+    await wait_for_status(handle, "waiting_approval", queried=False)
     await handle.execute_update("approve_call", Decision(tool_use_id="e1"), result_type=str)
     started = asyncio.get_running_loop().time()
     result = await asyncio.wait_for(handle.result(), 30)

@@ -17,6 +17,7 @@ import pytest
 
 from infra.datadir import read_effects
 from tests.conftest import ROOT, Harness, answer, tool_use
+from tests.support.procs import wait_for_status
 from workflows.contract import Decision, SessionStatus
 
 EMAIL = {"to": "team@example.com", "subject": "hi", "body": "x"}
@@ -48,16 +49,6 @@ async def run_cli(harness: Harness, *args: str, timeout: float = 60) -> tuple[in
         await process.wait()
         raise
     return await process.wait(), out.decode(), err.decode()
-
-
-async def wait_for_status(handle, status: str, timeout: float = 20) -> SessionStatus:
-    deadline = time.monotonic() + timeout
-    while True:
-        snapshot = await handle.query("status", result_type=SessionStatus)
-        if snapshot.status == status:
-            return snapshot
-        assert time.monotonic() < deadline, f"status stayed {snapshot.status}, wanted {status}"
-        await asyncio.sleep(0.1)
 
 
 async def test_watch_after_the_end_shows_the_whole_session(harness: Harness):

@@ -28,7 +28,7 @@ from temporalio.client import Client, WorkflowHandle
 from devservers import processes
 from infra.datadir import read_effects
 from workflows.agent import AgentWorkflow
-from workflows.contract import Limits, SessionInput, SessionStatus
+from workflows.contract import FINAL_STATUSES, Limits, SessionInput, SessionStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS_SPEC = "tests.support.tools:TOOLS"
@@ -235,9 +235,23 @@ async def status_of(handle: WorkflowHandle) -> SessionStatus:
     return await handle.query("status", result_type=SessionStatus)
 
 
-async def wait_for_status(handle: WorkflowHandle, status: str, timeout: float = 30) -> SessionStatus:
+async def wait_for_status(
+    handle: WorkflowHandle, status: str, timeout: float = 60, *, queried: bool = True
+) -> SessionStatus:
+    """Until the session's status is `status`: asked of its worker (a query), or with
+    `queried=False` read from its history as `client.py status` reads it (no query reaches
+    the worker, so none can end a workflow task while a local activity runs: the tests of
+    exact billable-action counts wait this way)."""
+
     async def check() -> SessionStatus | None:
-        snapshot = await status_of(handle)
+        if queried:
+            snapshot = await status_of(handle)
+        else:
+            from sessions import control
+
+            snapshot = await control.status(handle._client, handle.id)  # pyright: ignore[reportPrivateUsage]
+        if snapshot.status != status and snapshot.status in FINAL_STATUSES:
+            raise AssertionError(f"session {handle.id} ended {snapshot.status}, never {status}")
         return snapshot if snapshot.status == status else None
 
     return await wait_until(check, timeout=timeout, what=f"session {handle.id} to be {status}")
