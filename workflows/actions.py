@@ -148,22 +148,40 @@ def _check_edited_input(session: Session, call: ToolCallRecord, edited: dict[str
 
 def _decide(session: Session, decision: Decision, approved: bool) -> str:
     call = session.state.calls[decision.tool_use_id]
-    call.decided_by, call.on_behalf_of = decision.decided_by, decision.on_behalf_of
+    record_decision(
+        session, call, approved=approved, reason=decision.reason, decided_by=decision.decided_by,
+        on_behalf_of=decision.on_behalf_of, edited_input=decision.input,
+    )  # fmt: skip
+    edited = " with an edited input" if approved and decision.input is not None else ""
+    return f"{'approved' if approved else 'denied'} {call.name} ({call.tool_use_id}){edited}"
+
+
+def record_decision(
+    session: Session,
+    call: ToolCallRecord,
+    *,
+    approved: bool,
+    reason: str | None,
+    decided_by: str | None,
+    on_behalf_of: str | None = None,
+    edited_input: dict[str, Any] | None = None,
+) -> None:
+    """The one place a call's approval is decided: by a person (`_decide`), by its deadline
+    (`decided_by=TIMED_OUT`) or by an interrupt (no decider). It sets the call's fields and
+    tells the view, which records the decision in the session's events."""
+    call.decided_by, call.on_behalf_of = decided_by, on_behalf_of
     if approved:
-        call.status, call.approved, call.approved_input = "pending", True, decision.input
+        call.status, call.approved, call.approved_input = "pending", True, edited_input
         call.deadline = None  # the approval deadline, met
     else:
-        call.status, call.reason = "denied", decision.reason
+        call.status, call.reason = "denied", reason
     session.view.publish(
         DecisionRecorded(
-            tool_use_id=call.tool_use_id, name=call.name, approved=approved, reason=decision.reason,
-            input=decision.input if approved else None, decided_by=decision.decided_by,
-            on_behalf_of=decision.on_behalf_of,
+            tool_use_id=call.tool_use_id, name=call.name, approved=approved, reason=reason,
+            input=edited_input if approved else None, decided_by=decided_by, on_behalf_of=on_behalf_of,
         )
     )  # fmt: skip
     session.view.changed()
-    edited = " with an edited input" if approved and decision.input is not None else ""
-    return f"{'approved' if approved else 'denied'} {call.name} ({call.tool_use_id}){edited}"
 
 
 # ---- pause, resume, cancel -----------------------------------------------------------------

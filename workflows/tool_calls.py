@@ -24,8 +24,9 @@ with workflow.unsafe.imports_passed_through():
     from activities.tools import ToolActivities
     from activities.wire import Message, ToolOutcome, ToolRequest, ToolResultBlock, ToolSpec, ToolUseBlock
     from workflows import options
+    from workflows.actions import record_decision
     from workflows.contract import TIMED_OUT, CallStatus, ToolCallRecord, memory_scope
-    from workflows.events import ApprovalRequested, DecisionRecorded, ToolCallEnded, ToolCallStarted
+    from workflows.events import ApprovalRequested, ToolCallEnded, ToolCallStarted
     from workflows.loops import STOP_REASON, Loops
     from workflows.messages import INTERRUPTED
     from workflows.outcomes import Finished, HandOver
@@ -111,12 +112,7 @@ class ToolRunner:
         for use in self.state.unanswered_uses():
             call = self.state.calls[use.id]
             if call.status == "waiting_approval":
-                call.status, call.reason = "denied", INTERRUPTED
-                self.session.view.publish(
-                    DecisionRecorded(
-                        tool_use_id=call.tool_use_id, name=call.name, approved=False, reason=INTERRUPTED
-                    )
-                )
+                record_decision(self.session, call, approved=False, reason=INTERRUPTED, decided_by=None)
                 self._close(call, "denied", f"denied: {INTERRUPTED}")
             elif call.status == "running":  # its task was cancelled before it could say so
                 self._close(call, "cancelled", f"cancelled: {INTERRUPTED}")
@@ -192,15 +188,8 @@ class ToolRunner:
 
     def _deny_by_timeout(self, call: ToolCallRecord) -> None:
         timeout = self.session.input.limits.approval_timeout_seconds or 0
-        call.status, call.decided_by = "denied", TIMED_OUT
-        call.reason = f"no decision within {fmt_duration(timeout)}"
-        self.session.view.publish(
-            DecisionRecorded(
-                tool_use_id=call.tool_use_id, name=call.name, approved=False, reason=call.reason,
-                decided_by=TIMED_OUT,
-            )
-        )  # fmt: skip
-        self.session.view.changed()
+        reason = f"no decision within {fmt_duration(timeout)}"
+        record_decision(self.session, call, approved=False, reason=reason, decided_by=TIMED_OUT)
 
     async def _check_input(self, call: ToolCallRecord) -> str | None:
         """The input checked before anyone is asked: the error text, or None."""
