@@ -30,9 +30,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.tools import Tool, ToolContext, tool
+from workflows import ids
 
 WORKFLOW_NAME = "MemoryWorkflow"
-ID_PREFIX = "memory/"
+ID_PREFIX = ids.MEMORY_PREFIX
 MAX_MEMORIES = 500
 MAX_BYTES = 256 * 1024
 MAX_TEXT = 4000
@@ -42,7 +43,7 @@ RECALL_LIMIT = 10
 
 def scope_id(user: str, agent: str | None) -> str:
     """The memory workflow of a user's scope: per agent, or the user's own (`-`)."""
-    return f"{ID_PREFIX}{agent or '-'}/{user}"
+    return ids.memory(user, agent)
 
 
 class Memory(BaseModel):

@@ -24,6 +24,7 @@ from cli import render
 from infra.connection import connect, task_queue
 from infra.errors import BadRequest, SessionExists, Unreachable
 from sessions import control
+from workflows import ids
 from workflows.agent import AgentWorkflow
 from workflows.contract import (
     CancelRequest,
@@ -245,9 +246,11 @@ async def fork(client: Client, args: argparse.Namespace) -> int:
             update={"model": args.model, "price": price_for(args.model), "fallback_models": fallbacks}
         )
     session_input = forked_input(started, args.session, state, args.at_step, args.message)
-    session_id = args.new_session or f"{args.session}.fork-{uuid.uuid4().hex[:6]}"
+    session_id = args.new_session or ids.fork(args.session, uuid.uuid4().hex[:6])
     try:
-        handle = await control.start(client, session_input, session_id, task_queue=task_queue())
+        handle = await control.start(
+            client, session_input, session_id, task_queue=task_queue(), system_id=not args.new_session
+        )
     except SessionExists:
         raise UserError(f"session {session_id} already exists") from None
     print(session_id, flush=True)

@@ -29,6 +29,8 @@ from contextlib import contextmanager
 from typing import Annotated, Any, Literal
 
 from mcp.server import MCPServer
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 from mcp.server.elicitation import (
     AcceptedElicitation,
@@ -717,7 +719,9 @@ class _Progress:
 
 class BearerOnly:
     """The MCP endpoint behind the API's users: a bearer token is required (no cookie), and
-    the user it names is put in the request's scope for the tools."""
+    the user it names is put in the request's scope for the tools, and as the scope's
+    `user` the SDK binds an MCP session (`Mcp-Session-Id`) to: a session answers only the
+    user who opened it, any other as an unknown session (404)."""
 
     def __init__(self, app: ASGIApp, users: Users):
         self.app = app
@@ -732,6 +736,7 @@ class BearerOnly:
             await response(scope, receive, send)
             return
         scope[SCOPE_USER] = user
+        scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=user.name, scopes=[]))
         await self.app(scope, receive, send)
 
 

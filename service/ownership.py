@@ -2,7 +2,9 @@
 
 A session belongs to the user who started it (its `user_id`). A user reaches only their
 own sessions, an operator every session; any other session reads as unknown (404), so its
-existence is not revealed. Owners never change, so they are remembered.
+existence is not revealed. A run's owner never changes, so it is remembered per run id;
+an id whose workflow was deleted may be started again by someone else, and its new run is
+read afresh.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ ID_SCAN = 1000  # sessions, newest first, that `session_ids` looks through
 class Owners:
     def __init__(self, client: Client):
         self.client = client
-        self.known: dict[str, str] = {}
+        self.known: dict[str, str] = {}  # session id -> owner, for `session_ids` alone
+        self.run_owners: dict[str, str] = {}  # run id -> owner, for `check`
         self._search_attributes = False
         self.tokens = listing.PageTokens.from_environment(data_dir())
 
@@ -40,13 +43,16 @@ class Owners:
         return found
 
     async def check(self, user: User, session_id: str) -> None:
-        """`SessionNotFound` unless this user may steer the session. An owner not yet known
-        is read from the session's start input: a history read, no query (no billable
-        action, and no worker needed)."""
-        owner = self.known.get(session_id)
+        """`SessionNotFound` unless this user may steer the session. The owner of its
+        current run (a describe) not yet known is read from the run's start input: a
+        history read, no query (no billable action, and no worker needed)."""
+        h = control.handle(self.client, session_id)
+        run_id = (await control.describe(h)).run_id
+        owner = self.run_owners.get(run_id)
         if owner is None:
-            started, _ = await control.start_input(self.client, control.handle(self.client, session_id))
-            owner = started.user_id
+            run = self.client.get_workflow_handle(session_id, run_id=run_id)
+            started, _ = await control.start_input(self.client, run)
+            owner = self.run_owners[run_id] = started.user_id
             self.remember(session_id, owner)
         if not user.may_see(owner):
             raise SessionNotFound(session_id)

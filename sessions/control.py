@@ -35,9 +35,7 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.memory import ID_PREFIX as MEMORY_ID_PREFIX
 from infra.errors import (
-    BadRequest,
     InvalidInput,
     NoWorker,
     Rejected,
@@ -48,7 +46,7 @@ from infra.errors import (
 from sessions import reading, text
 from sessions.archive import whole_history
 from sessions.replays import CannotReplay
-from workflows import search
+from workflows import ids, search
 from workflows.agent import AgentWorkflow
 from workflows.contract import (
     FINAL_STATUSES,
@@ -93,12 +91,15 @@ async def start(
     session_id: str,
     *,
     task_queue: str,
+    system_id: bool = False,
 ) -> WorkflowHandle:
     """Start a session, named in the Temporal UI by its goal and settings (`sessions.text`);
-    `SessionExists` when the id is taken (ids are never reused). Ids under `memory/` are the
-    memory workflows' (activities/memory.py): no start takes one."""
-    if session_id.startswith(MEMORY_ID_PREFIX):
-        raise BadRequest(f"session ids starting with {MEMORY_ID_PREFIX!r} are reserved for memories")
+    `SessionExists` when the id is taken, whoever took it (ids are never reused). An id of
+    the shape the system makes (`workflows.ids`: sub-agents, notifications, forks, memories,
+    scheduled runs) is `InvalidInput` unless the system made it (`system_id`, a fork's
+    default id): a sub-agent or a notification never finds its id taken."""
+    if not system_id and (reserved := ids.reserved_for(session_id)) is not None:
+        raise InvalidInput(f"session id {session_id!r} has the shape reserved for {reserved}")
     try:
         return await client.start_workflow(
             AgentWorkflow.run,

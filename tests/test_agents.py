@@ -22,6 +22,7 @@ from sessions.fork import forked_state
 from tests.conftest import ROOT, Harness, answer, tool_use
 from tests.support.reliability import record
 from tests.test_watch import EMAIL, cli_env, wait_for_status
+from workflows import ids
 from workflows.agent import AgentWorkflow
 from workflows.contract import SessionHistory, SessionStatus
 from workflows.records import (
@@ -389,6 +390,7 @@ async def test_a_schedule_starts_sessions_and_is_deleted(harness: Harness):
         await asyncio.sleep(1.2)  # the session id carries the time to the second
     started = await _until(lambda: _sessions_of(harness, name, 2))
     assert len(started) == 2 and all(s.startswith(f"{name}-") for s in started)
+    assert all(ids.is_reserved(s) for s in started), started  # no start may take a run's id
     first: SessionStatus = await harness.client.get_workflow_handle_for(AgentWorkflow.run, started[0]).query(
         AgentWorkflow.status
     )

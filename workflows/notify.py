@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, Field
 
     from activities.notify import Delivery, Notification, NotifyActivities
-    from workflows import options
+    from workflows import ids, options
     from workflows.contract import SessionInput
     from workflows.records import LimitReached, PendingApproval
     from workflows.state import SessionState
@@ -213,7 +213,7 @@ class Notifier:
         if not self.enabled():
             return
         self.state.notifications_sent += 1
-        key = f"{self.session_id}.notify-{self.state.notifications_sent}"
+        key = ids.notification(self.session_id, self.state.notifications_sent)
         body = {"session_id": self.session_id, "type": kind, "at": iso(workflow.now()), **fields}
         self.state.notifications.pending.append(key)
         notification = NotifyInput(

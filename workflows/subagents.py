@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
     from activities.wire import ToolSpec, Usage
-    from workflows import options
+    from workflows import ids, options
     from workflows.contract import Limits, ParentLink, SessionInput, SessionStatus, SubAgent
     from workflows.records import ChildSpend, PendingApproval, ToolCallRecord
     from workflows.session import Session, short
@@ -98,7 +98,7 @@ class SubAgents:
         if sub is None or not isinstance(task, str) or not task.strip():
             return f"invalid input for {call.name}: task: a non-empty string is required", True
         self.state.subagent_runs += 1
-        child_id = call.child_session_id = f"{self.session.id}.sub-{self.state.subagent_runs}"
+        child_id = call.child_session_id = ids.subagent(self.session.id, self.state.subagent_runs)
         handle = await self.session.temporal.start_child(
             workflow.info().workflow_type,  # the child runs this same workflow
             self._child_input(sub, task, call, siblings),
