@@ -118,8 +118,8 @@ def add_session_flags(command: argparse.ArgumentParser) -> None:
 
 CALLS = "the call's id (pending_approvals[].tool_use_id); several: each is decided, one line each"
 BATCH = (
-    "several ids, or --query: each is acted on (32 at a time), one line each (ID: outcome); "
-    "the exit code is 1 if any failed"
+    "the session's id; with several (or --query) each is acted on, 32 at a time, one line each "
+    "(ID: outcome), exit code 1 if any failed"
 )
 TARGETED = ("pause", "resume", "cancel")  # the commands that take session ids or --query
 

@@ -7,6 +7,7 @@ with the workflow's typed update references, like the command line.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -33,6 +34,7 @@ from workflows.contract import (
 )
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+log = logging.getLogger("service")
 Caller = Annotated[User, Depends(current_user)]
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "malformed JSON"},
@@ -136,6 +138,8 @@ def _result(outcome: batch.Outcome) -> schemas.BatchResult:
     if outcome.ok:
         return schemas.BatchResult(id=outcome.id, ok=True)
     kind, message = error_detail(outcome.error)
+    if kind == "InternalError":  # what no single action expects either: logged, as theirs are
+        log.error("batch: unexpected error for %s", outcome.id, exc_info=outcome.error)
     return schemas.BatchResult(id=outcome.id, ok=False, error=schemas.ErrorDetail(type=kind, message=message))
 
 

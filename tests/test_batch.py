@@ -97,6 +97,11 @@ async def test_a_batch_cancel_by_query_cancels_exactly_the_matching_sessions_and
         ]  # fmt: skip
         assert (await bob.get(f"/v1/sessions/{theirs}")).json()["status"] == "waiting_approval"
 
+        # A query that closes the parentheses around it still reaches only the caller's own.
+        escape = f"WorkflowId = 'none') OR (WorkflowId = '{theirs}') OR (WorkflowId = 'none'"
+        assert (await batch(alice, action="cancel", query=escape))["results"] == []
+        assert (await bob.get(f"/v1/sessions/{theirs}")).json()["status"] == "waiting_approval"
+
         # An operator's query reaches everyone's sessions.
         answered = await batch(olga, action="cancel", query=f"WorkflowId STARTS_WITH '{prefix}-b'")
         assert answered["results"] == [{"id": theirs, "ok": True, "error": None}]
@@ -107,6 +112,9 @@ async def test_a_batch_is_bounded_and_approve_takes_calls_never_a_query(
     api: ApiProcess, fake_model: FakeModelServer
 ):
     async with api.client("alice") as alice:
+        schema = (await alice.get("/openapi.json")).json()
+        answer_schema = schema["paths"]["/v1/sessions:batch"]["post"]["responses"]["200"]["content"]
+        assert answer_schema["application/json"]["schema"]["$ref"].endswith("/BatchResults")
         too_many = await alice.post("/v1/sessions:batch", json={"action": "cancel", "ids": ["s"] * 1001})
         assert "at most 1000" in assert_error(too_many, 422, "InvalidBody")["message"]
         for body in [
