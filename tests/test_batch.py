@@ -5,6 +5,7 @@ only their own sessions."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from temporalio.client import Client
 
 from devservers import temporal_server
 from devservers.fakemodel import FakeModelServer
+from infra.errors import SessionNotFound
 from tests.conftest import Harness, answer, tool_use
 from tests.support.api import ApiProcess, serve_api, wait_for
 from tests.support.procs import effects_of, wait_for_status
@@ -227,3 +229,25 @@ async def test_cli_approve_of_several_calls(harness: Harness):
     assert len(effects_of(handle.id, "send_email")) == 2
     code, _, err = await run_cli(harness, "approve", handle.id, "e1", "e2", "--input", "{}")
     assert code == 1 and "--input edits one call" in err, err
+
+
+async def test_at_most_32_actions_are_in_flight_and_each_id_answers_once_in_order():
+    from sessions import batch as batches
+
+    in_flight = most = 0
+
+    async def act(session_id: str) -> str:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        if session_id == "s7":
+            raise SessionNotFound(session_id)
+        return "cancelling"
+
+    ids = [f"s{i}" for i in range(100)]
+    outcomes = await batches.each([*ids, "s1"], act)
+    assert most == batches.AT_ONCE == 32
+    assert [o.id for o in outcomes] == ids
+    assert [o.id for o in outcomes if not o.ok] == ["s7"] and outcomes[0].text == "cancelling"
