@@ -116,6 +116,24 @@ def add_session_flags(command: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+CALLS = "the call's id (pending_approvals[].tool_use_id); several: each is decided, one line each"
+BATCH = (
+    "the session's id; with several (or --query) each is acted on, 32 at a time, one line each "
+    "(ID: outcome), exit code 1 if any failed"
+)
+TARGETED = ("pause", "resume", "cancel")  # the commands that take session ids or --query
+
+
+def add_targets(command: argparse.ArgumentParser) -> None:
+    """The sessions `pause`, `resume` and `cancel` act on: ids, or a visibility query."""
+    command.add_argument("session", nargs="*", metavar="SESSION", help=BATCH)
+    command.add_argument(
+        "--query", metavar="FILTER",
+        help="every session this Temporal visibility filter matches (at most 1000), e.g. "
+             "\"AgentStatus = 'running' AND AgentUser = 'alice'\"",
+    )  # fmt: skip
+
+
 def parser() -> argparse.ArgumentParser:
     root = Parser(prog="python client.py", description=(__doc__ or "").partition("\n")[0])
     commands = root.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -175,20 +193,22 @@ def parser() -> argparse.ArgumentParser:
     event.add_argument("name")
     event.add_argument("--data", type=json_value, help="the event's data, as JSON (default null)")
 
-    approve = commands.add_parser("approve", help="approve a tool call that waits for approval")
+    approve = commands.add_parser("approve", help="approve tool calls that wait for approval")
     approve.add_argument("session")
-    approve.add_argument("tool_use_id")
-    approve.add_argument("--input", type=json_object, help="approve with this input instead (a JSON object)")
+    approve.add_argument("tool_use_id", nargs="+", metavar="TOOL_USE_ID", help=CALLS)
+    approve.add_argument(
+        "--input", type=json_object, help="approve one call with this input instead (a JSON object)"
+    )
     approve.add_argument("--as", dest="on_behalf_of", metavar="USER", help=ON_BEHALF_OF)
-    deny = commands.add_parser("deny", help="deny a tool call; the model is told why")
+    deny = commands.add_parser("deny", help="deny tool calls; the model is told why")
     deny.add_argument("session")
-    deny.add_argument("tool_use_id")
+    deny.add_argument("tool_use_id", nargs="+", metavar="TOOL_USE_ID", help=CALLS)
     deny.add_argument("--reason", help="why (the model sees it)")
     deny.add_argument("--as", dest="on_behalf_of", metavar="USER", help=ON_BEHALF_OF)
-    for name, text in [("pause", "pause between units of work"), ("resume", "resume a paused session")]:
-        commands.add_parser(name, help=text).add_argument("session")
-    cancel = commands.add_parser("cancel", help="cancel the session and its work in flight")
-    cancel.add_argument("session")
+    for name, text in [("pause", "pause sessions between units of work"), ("resume", "resume paused ones")]:
+        add_targets(commands.add_parser(name, help=text))
+    cancel = commands.add_parser("cancel", help="cancel sessions and their work in flight")
+    add_targets(cancel)
     cancel.add_argument("--reason", help="why")
     cancel.add_argument("--as", dest="on_behalf_of", metavar="USER", help=ON_BEHALF_OF)
 
@@ -257,6 +277,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.goal = extra[0]
     elif extra:
         root.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command in TARGETED and bool(args.session) == bool(args.query):
+        wrong = "give session ids or --query, not both" if args.query else "a session id or --query is needed"
+        Parser(prog=f"python client.py {args.command}").error(wrong)
+    if args.command == "approve" and args.input is not None and len(args.tool_use_id) > 1:
+        Parser(prog="python client.py approve").error("--input edits one call: give one TOOL_USE_ID with it")
     return args
 
 

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from cli import render
 from infra.connection import connect, task_queue
-from infra.errors import BadRequest, SessionExists, Unreachable
+from infra.errors import AgentError, BadRequest, Rejected, SessionExists, Unreachable
 from sessions import control
 from workflows import ids
 from workflows.agent import AgentWorkflow
@@ -41,6 +41,7 @@ from workflows.contract import (
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
 
+    from sessions.batch import Outcome
     from sessions.start_input import NewAttachment
 
 EXIT_NOT_COMPLETED = 2
@@ -213,18 +214,33 @@ def deciders(args: argparse.Namespace) -> Deciders:
 
 
 async def decide(client: Client, args: argparse.Namespace) -> int:
+    """approve or deny one call, or several of the session's (each with its own line)."""
     approving = args.command == "approve"
     try:
         if approving:
-            decision = Decision(tool_use_id=args.tool_use_id, input=args.input, **deciders(args))
+            decisions = {
+                i: Decision(tool_use_id=i, input=args.input, **deciders(args)) for i in args.tool_use_id
+            }
         else:
-            decision = Decision(tool_use_id=args.tool_use_id, reason=args.reason, **deciders(args))
+            decisions = {
+                i: Decision(tool_use_id=i, reason=args.reason, **deciders(args)) for i in args.tool_use_id
+            }
     except ValidationError as err:
         raise UserError(describe_validation(err)) from None
     update = AgentWorkflow.approve_call if approving else AgentWorkflow.deny_call
-    owner = await control.owner_of_call(client, args.session, args.tool_use_id)
-    print(await control.act(client, owner, update, decision))
-    return 0
+    if len(args.tool_use_id) == 1:
+        [decision] = decisions.values()
+        owner = await control.owner_of_call(client, args.session, decision.tool_use_id)
+        print(await control.act(client, owner, update, decision))
+        return 0
+    from sessions import batch
+
+    owners = await control.owners_of_calls(client, args.session)  # one read for every call
+
+    async def one(call: str) -> Any:
+        return await control.act(client, owners.get(call) or args.session, update, decisions[call])
+
+    return report(await batch.each(decisions, one))
 
 
 async def fork(client: Client, args: argparse.Namespace) -> int:
@@ -311,18 +327,54 @@ async def close(client: Client, args: argparse.Namespace) -> int:
 
 
 async def steer(client: Client, args: argparse.Namespace) -> int:
-    """pause, resume or cancel."""
+    """pause, resume or cancel: one session, several, or those `--query` matches."""
+    payload: tuple[Any, ...] = ()
     if args.command == "cancel":
         try:
-            request = CancelRequest(reason=args.reason, **deciders(args))
+            payload = (CancelRequest(reason=args.reason, **deciders(args)),)
         except ValidationError as err:
             raise UserError(describe_validation(err)) from None
-        print(await control.act(client, args.session, AgentWorkflow.cancel_session, request))
+        update = AgentWorkflow.cancel_session
     elif args.command == "pause":
-        print(await control.act(client, args.session, AgentWorkflow.pause_session))
+        update = AgentWorkflow.pause_session
     else:
-        print(await control.act(client, args.session, AgentWorkflow.resume_session))
-    return 0
+        update = AgentWorkflow.resume_session
+    if args.query is None and len(args.session) == 1:
+        print(await control.act(client, args.session[0], update, *payload))
+        return 0
+    from sessions import batch
+
+    ids = await batch.matching(client, args.query) if args.query is not None else args.session
+    if not ids:
+        print("no session matches the query", file=sys.stderr)
+        return 0
+    return report(await batch.each(ids, lambda session_id: control.act(client, session_id, update, *payload)))
+
+
+def report(outcomes: list[Outcome]) -> int:
+    """One line per id, in the order given (`ID: outcome`, or `ID: error: why`); 1 if any failed."""
+    for outcome in outcomes:
+        if outcome.ok:
+            print(f"{outcome.id}: {outcome.text}")
+        else:
+            print(f"{outcome.id}: error: {failure(outcome.error)}")
+    failed = sum(not outcome.ok for outcome in outcomes)
+    if failed:
+        print(f"error: {failed} of {len(outcomes)} failed", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def failure(err: Exception | None) -> str:
+    """One id's failure as one line, worded as the single command's error."""
+    from temporalio.service import RPCError
+
+    if isinstance(err, Rejected):
+        return f"rejected: {err}"
+    if isinstance(err, RPCError):
+        return f"Temporal answered: {err.message}"
+    if isinstance(err, AgentError):
+        return str(err)
+    return f"{type(err).__name__}: {err}".splitlines()[0]
 
 
 async def raise_limit(client: Client, args: argparse.Namespace) -> int:

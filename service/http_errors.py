@@ -62,6 +62,16 @@ def error_response(
     return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status, headers=headers)
 
 
+def error_detail(err: Exception | None) -> tuple[str, str]:
+    """The error object's `type` and `message` for a failure, as the handlers below word it
+    (a batch answers each id's failure in it)."""
+    if isinstance(err, AgentError):
+        return type(err).__name__, str(err)
+    if isinstance(err, RPCError):
+        return "TemporalError", f"Temporal answered: {err.message}"
+    return "InternalError", f"{type(err).__name__}: {err}".splitlines()[0]
+
+
 def install(app: FastAPI) -> None:
     """Answer every failure with the error object."""
 

@@ -7,6 +7,7 @@ with the workflow's typed update references, like the command line.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -15,11 +16,12 @@ from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import ValidationError
 
 from infra.connection import task_queue
-from infra.errors import InvalidInput
+from infra.errors import BadRequest, InvalidInput, SessionNotFound
 from service import schemas, steering
 from service.auth import User, current_user
+from service.http_errors import error_detail
 from service.ownership import Owners
-from sessions import control
+from sessions import batch, control
 from workflows.agent import AgentWorkflow
 from workflows.contract import (
     CancelRequest,
@@ -32,6 +34,7 @@ from workflows.contract import (
 )
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+log = logging.getLogger("service")
 Caller = Annotated[User, Depends(current_user)]
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "malformed JSON"},
@@ -74,6 +77,70 @@ async def list_sessions(
     another filter or another user's token)."""
     rows, next_page_token = await owned.listing(user, status, limit, page_token)
     return schemas.SessionList(sessions=rows, next_page_token=next_page_token)
+
+
+@router.post(
+    ":batch", responses={**ERRORS, 400: {"description": "malformed JSON, or a query Temporal cannot read"}}
+)
+async def batch_action(body: schemas.Batch, user: Caller, owned: Owned) -> schemas.BatchResults:
+    """One action on many sessions, up to 32 at a time: `ids` (at most 1000), or for cancel,
+    pause and resume the sessions a visibility `query` matches (at most 1000; a user's query
+    matches only their own). Each id answers on its own, as the single action would:
+    another user's session is not found, an ended one refuses. 200 whatever each id's outcome."""
+    if body.session_id is not None:
+        outcomes = await _decide_each(owned, user, body.session_id, body)
+    else:
+        ids = body.ids or await _matching(owned, user, body.query or "")
+        update, args = _batch_update(body, user)
+        outcomes = await batch.each(ids, lambda session_id: _act(owned, user, session_id, update, *args))
+    return schemas.BatchResults(results=[_result(outcome) for outcome in outcomes])
+
+
+async def _matching(owned: Owners, user: User, query: str) -> list[str]:
+    """The ids the query matches: a user's own sessions only (their `AgentUser`)."""
+    mine = None if user.operator else user.name
+    if mine is not None and not await owned.has_search_attributes():
+        raise BadRequest("a query needs the Agent* search attributes on this namespace; see the README")
+    return await batch.matching(owned.client, query, user=mine)
+
+
+def _batch_update(body: schemas.Batch, user: User) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    if body.action == "cancel":
+        return AgentWorkflow.cancel_session, (CancelRequest(reason=body.reason, decided_by=user.name),)
+    return (AgentWorkflow.pause_session if body.action == "pause" else AgentWorkflow.resume_session), ()
+
+
+async def _act(owned: Owners, user: User, session_id: str, update: Callable[..., Any], *args: Any) -> Any:
+    await owned.check(user, session_id)
+    return await control.act(owned.client, session_id, update, *args)
+
+
+async def _decide_each(
+    owned: Owners, user: User, session_id: str, body: schemas.Batch
+) -> list[batch.Outcome]:
+    """approve or deny each call of `body.ids`, each routed to its session (a sub-agent's, maybe)."""
+    ids = body.ids or []
+    try:
+        await owned.check(user, session_id)
+    except SessionNotFound as err:  # each call answers as its single decision would
+        return [batch.Outcome(call, error=err) for call in batch.unique(ids)]
+    update = AgentWorkflow.approve_call if body.action == "approve" else AgentWorkflow.deny_call
+    owners = await control.owners_of_calls(owned.client, session_id)
+
+    async def one(call: str) -> Any:
+        decision = Decision(tool_use_id=call, reason=body.reason, decided_by=user.name)
+        return await control.act(owned.client, owners.get(call) or session_id, update, decision)
+
+    return await batch.each(ids, one)
+
+
+def _result(outcome: batch.Outcome) -> schemas.BatchResult:
+    if outcome.ok:
+        return schemas.BatchResult(id=outcome.id, ok=True)
+    kind, message = error_detail(outcome.error)
+    if kind == "InternalError":  # what no single action expects either: logged, as theirs are
+        log.error("batch: unexpected error for %s", outcome.id, exc_info=outcome.error)
+    return schemas.BatchResult(id=outcome.id, ok=False, error=schemas.ErrorDetail(type=kind, message=message))
 
 
 @router.get("/{session_id}", responses=ERRORS)

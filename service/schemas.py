@@ -145,6 +145,59 @@ class Empty(Body):
     pass
 
 
+BATCH_IDS = 1000  # ids one batch names at most (sessions.batch.MAX_IDS)
+BatchId = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class Batch(Body):
+    """One action on many sessions: `ids`, or (cancel, pause, resume) the sessions `query` matches."""
+
+    action: Literal["cancel", "pause", "resume", "approve", "deny"]
+    ids: list[BatchId] | None = Field(
+        default=None, min_length=1, max_length=BATCH_IDS,
+        description="session ids; for approve and deny, the tool_use_ids of calls waiting in `session_id`",
+    )  # fmt: skip
+    query: str | None = Field(
+        default=None, min_length=1, max_length=4000,
+        description="a Temporal visibility filter, e.g. AgentStatus = 'running' (cancel, pause, resume; "
+                    "acts on at most 1000 matches, only the caller's own unless an operator)",
+    )  # fmt: skip
+    session_id: str | None = Field(
+        default=None, pattern=SESSION_ID, description="approve and deny: the session the calls wait in"
+    )
+    reason: str | None = Field(default=None, max_length=2000, description="cancel and deny: why")
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Batch:
+        deciding = self.action in ("approve", "deny")
+        if (self.ids is None) == (self.query is None):
+            raise ValueError("give ids or query, not both")
+        if deciding and self.query is not None:
+            raise ValueError(f"{self.action} takes ids (the calls' tool_use_ids), not a query")
+        if deciding != (self.session_id is not None):
+            raise ValueError(
+                "session_id names the session of the calls approve and deny decide; only with them"
+            )
+        if self.reason is not None and self.action not in ("cancel", "deny"):
+            raise ValueError("a reason goes with cancel or deny")
+        return self
+
+
+class ErrorDetail(BaseModel):
+    type: str = Field(description="the kind of failure, as in the API's error object")
+    message: str
+
+
+class BatchResult(BaseModel):
+    id: str = Field(description="the session id (approve, deny: the call's tool_use_id)")
+    ok: bool
+    error: ErrorDetail | None = Field(default=None, description="why it failed; null when ok")
+
+
+class BatchResults(BaseModel):
+    results: list[BatchResult] = Field(description="one per id, in the order given (a query's: newest first)")
+
+
 class SessionList(BaseModel):
     sessions: list[dict[str, Any]]
     next_page_token: str | None = Field(

@@ -404,12 +404,17 @@ async def owner_of_call(client: Client, session_id: str, tool_use_id: str) -> st
     """The session a pending call belongs to: this one or one of its sub-agents (their
     pending calls show in the parent's status). Unknown calls go to `session_id`, whose
     validator says why."""
+    return (await owners_of_calls(client, session_id)).get(tool_use_id) or session_id
+
+
+async def owners_of_calls(client: Client, session_id: str) -> dict[str, str]:
+    """The session each pending call of this one (or of its sub-agents) belongs to, from one
+    read of its status; empty when it cannot be read (each call then goes to `session_id`)."""
     try:
         snapshot = await read(client, handle(client, session_id), AgentWorkflow.status)
     except (NoWorker, Rejected, SessionNotFound, RPCError):
-        return session_id
-    owner = next((p.session_id for p in snapshot.pending_approvals if p.tool_use_id == tool_use_id), None)
-    return owner or session_id
+        return {}
+    return {p.tool_use_id: p.session_id for p in reversed(snapshot.pending_approvals) if p.session_id}
 
 
 def _not_found(err: RPCError, session_id: str) -> Exception:
