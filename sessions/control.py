@@ -115,6 +115,21 @@ async def start(
         raise SessionExists(session_id) from None
 
 
+async def check_id(client: Client, session_id: str) -> None:
+    """Before anything is stored for a start: `SessionExists` when a workflow has the id
+    (ids are never reused), `BadRequest` for a reserved one. Two starts racing for one id
+    may both pass; `start` still lets only one of them have it."""
+    if session_id.startswith(MEMORY_ID_PREFIX):
+        raise BadRequest(f"session ids starting with {MEMORY_ID_PREFIX!r} are reserved for memories")
+    try:
+        await handle(client, session_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return
+        raise
+    raise SessionExists(session_id)
+
+
 async def has_search_attributes(client: Client) -> bool:
     """Whether the namespace has every Agent* search attribute, with the right types."""
     try:
