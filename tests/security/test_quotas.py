@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from devservers.fakemodel import FakeModelServer
 from infra.definitions import DefinitionError, load_definitions
 from service.auth import UsersFileError, load_users
 from sessions import control
-from tests.conftest import answer
+from tests.conftest import answer, tool_use
 from tests.support.api import TOKENS, ApiProcess, serve_api, wait_for
 from tests.test_a2a import agent, message, send
 from tests.test_mcp_server import error_line
@@ -42,6 +43,15 @@ max_steps = 5
 [agents.other]
 description = "Does other things"
 tools = []
+
+[agents.waiter]
+description = "Waits"
+tools = ["wait_for_cancel"]
+
+[agents.boss]
+description = "Hands its work to a waiter"
+tools = []
+subagents = ["waiter"]
 """
 # name -> the users file's quota lines
 USERS = {
@@ -49,6 +59,7 @@ USERS = {
     "olga": 'roles = ["operator"]',
     "ann": 'agents = ["helper"]',
     "max": "max_running = 1",
+    "sam": "max_running = 2",
     "rita": "starts_per_minute = 2",
     "zed": "starts_per_minute = 0",
     "cora": "max_cost_budget = 1.5",
@@ -139,7 +150,8 @@ async def test_a_user_starts_only_their_agents(api: ApiProcess, fake_model: Fake
         listed = await ann.get("/v1/agents")
         assert listed.json() == {"agents": [{"name": "helper", "description": "Helps", "default": False}]}
     async with api.client("lena") as lena:
-        assert [a["name"] for a in (await lena.get("/v1/agents")).json()["agents"]] == ["helper", "other"]
+        names = [a["name"] for a in (await lena.get("/v1/agents")).json()["agents"]]
+        assert names == ["helper", "other", "waiter", "boss"]
     async with over_http(api, "ann") as mcp:
         called = await mcp.call_tool("list_agents", {})
         assert [a["name"] for a in called.structured_content["agents"]] == ["helper"]  # pyright: ignore[reportOptionalSubscript]
@@ -171,6 +183,35 @@ async def test_running_sessions_past_max_running_wait(
         await user.post(f"/v1/sessions/{first.json()['session_id']}/close", json={})
 
 
+async def test_sub_agents_do_not_count_toward_max_running(
+    api: ApiProcess, fake_model: FakeModelServer, client: TemporalClient
+):
+    boss = new_id()
+    fake_model.script.set(boss, [tool_use("agent__waiter", {"task": "wait"}, id="t1"), answer("done")])
+    fake_model.script.set(
+        f"{boss}.sub-1", [tool_use("wait_for_cancel", {"seconds": 60}, id="w1"), answer("ok")]
+    )
+    async with api.client("sam") as sam:
+        started = await sam.post("/v1/sessions", json={"goal": "g", "session_id": boss, "agent": "boss"})
+        assert started.status_code == 201, started.text
+        query = "AgentUser = 'sam' AND ExecutionStatus = 'Running'"
+
+        async def both_visible() -> bool:
+            return (await client.count_workflows(query)).count == 2
+
+        await wait_for(both_visible, what="the session and its sub-agent in visibility")
+        second = await start(sam, fake_model, chat=True)  # the sub-agent is its parent's work
+        assert second.status_code == 201, second.text
+
+        async def three_visible() -> bool:
+            return (await client.count_workflows(query)).count == 3
+
+        await wait_for(three_visible, what="the second session in visibility")
+        refusal(await start(sam, fake_model, chat=True), 429)
+        await sam.post(f"/v1/sessions/{boss}/cancel", json={})
+        await sam.post(f"/v1/sessions/{second.json()['session_id']}/cancel", json={})
+
+
 async def test_starts_past_starts_per_minute_wait_and_store_nothing(
     api: ApiProcess, fake_model: FakeModelServer, data_dir: Path
 ):
@@ -188,11 +229,19 @@ async def test_starts_past_starts_per_minute_wait_and_store_nothing(
         assert "starts_per_minute 2" in line and 0 < int(over.headers["Retry-After"]) <= 60, line
         assert (await rita.get(f"/v1/sessions/{session_id}")).status_code == 404
         assert not blob.exists()
-        # A taken id, with the same file: refused before it is stored.
-        async with api.client("lena") as lena:
-            taken = (await start(lena, fake_model)).json()["session_id"]
-            refusal(await start(lena, fake_model, session_id=taken, attachments=files), 409)
-        assert not blob.exists()
+
+
+async def test_a_start_with_a_taken_id_stores_nothing(
+    api: ApiProcess, fake_model: FakeModelServer, data_dir: Path
+):
+    data = f"a file of its own {uuid.uuid4()}".encode()
+    blob = data_dir / "transcripts" / "attachments" / hashlib.sha256(data).hexdigest()[:2]
+    blob = blob / hashlib.sha256(data).hexdigest()
+    files = [{"name": "a.txt", "media_type": "text/plain", "data": base64.b64encode(data).decode()}]
+    async with api.client("lena") as lena:
+        taken = (await start(lena, fake_model)).json()["session_id"]
+        refusal(await start(lena, fake_model, session_id=taken, attachments=files), 409)
+    assert not blob.exists()
 
 
 async def test_over_a_quota_is_the_same_line_at_every_door(api: ApiProcess):
@@ -224,3 +273,26 @@ def test_the_users_file_quotas_are_checked(tmp_path: Path):
     path.write_text('[users.a]\ntoken = "a-token-0123456789"\nagents = ["helper"]\nstarts_per_minute = 5\n')
     [user] = load_users(path).users
     assert user.quota.agents == ("helper",) and user.quota.starts_per_minute == 5
+
+
+async def test_a_chats_queue_holds_20_messages_and_1_mb(api: ApiProcess, fake_model: FakeModelServer):
+    session_id = new_id()
+    fake_model.script.set(session_id, [tool_use("wait_for_cancel", {"seconds": 60}, id="w1"), answer("done")])
+    big = "\N{GRINNING FACE}" * 200_000  # 800,000 bytes of UTF-8, 200,000 characters
+
+    async def send(text: str) -> httpx.Response:
+        body = json.dumps({"text": text, "mode": "queue"}, ensure_ascii=False).encode()
+        headers = {"Content-Type": "application/json"}
+        return await lena.post(f"/v1/sessions/{session_id}/messages", content=body, headers=headers)
+
+    async with api.client("lena") as lena:
+        body = {"goal": "g", "session_id": session_id, "agent": "waiter", "chat": True}
+        assert (await lena.post("/v1/sessions", json=body)).status_code == 201
+        assert (await send(big)).status_code == 200
+        line = refusal(await send(big), 409)
+        assert "800000 bytes" in line and "1 MB" in line, line
+        for n in range(19):
+            assert (await send(f"message {n}")).status_code == 200
+        line = refusal(await send("one more"), 409)
+        assert "20 messages" in line, line
+        assert (await lena.post(f"/v1/sessions/{session_id}/cancel", json={})).status_code == 200
