@@ -434,6 +434,7 @@ def build(
         """Set a new limit; a session waiting at it (waiting_budget) goes on. Answers the status."""
         with one_line_errors():
             request = steering.limit_raise(caller(ctx), name, value)
+            await steering.check_raise(sessions_of().owners, caller(ctx), session_id, request)
         return await steer(ctx, session_id, AgentWorkflow.raise_limit, request)
 
     @server.tool(annotations=CHANGES, title="Decline more budget")

@@ -172,12 +172,14 @@ async def send_event(session_id: str, body: schemas.Event, user: Caller, owned: 
 
 @router.post("/{session_id}/limits", responses=CONFLICT)
 async def limits(session_id: str, body: schemas.Limit, user: Caller, owned: Owned) -> SessionStatus:
-    """Raise a limit (`raise_limit`: one waiting at it goes on), or decline (`decline_limit`)."""
+    """Raise a limit (`raise_limit`: one waiting at it goes on; above its ceiling, an
+    operator's only), or decline (`decline_limit`)."""
     if body.decline:
         decline = LimitDecline(reason=body.reason, decided_by=user.name)
         return await _steer(owned, user, session_id, AgentWorkflow.decline_limit, decline)
     assert body.name is not None and body.value is not None
     request = LimitRaise(name=body.name, value=body.value, decided_by=user.name)
+    await steering.check_raise(owned, user, session_id, request)
     return await _steer(owned, user, session_id, AgentWorkflow.raise_limit, request)
 
 

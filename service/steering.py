@@ -214,6 +214,22 @@ def limit_raise(user: User, name: str, value: float) -> LimitRaise:
         raise BadRequest(one_line(err)) from None
 
 
+async def check_raise(owners: Owners, user: User, session_id: str, request: LimitRaise) -> None:
+    """Below an operator, a raise above the limit's ceiling (the session's agent's, else
+    the deployment's `[ceilings]`) is refused as a start's would be: `InvalidInput`, one
+    line. A session the user may not see is `SessionNotFound`."""
+    if user.operator:
+        return
+    status = await owners.status(user, session_id)
+    try:
+        found = start_input.read_definitions()
+        agent = status.agent if status.agent in found.agents else None
+        ceiling = start_input.ceilings(found, agent, user.quota.max_cost_budget)
+        start_input.check_ceilings({request.name: request.value}, ceiling)
+    except BadRequest as err:
+        raise InvalidInput(str(err)) from None
+
+
 def limit_decline(user: User, reason: str | None) -> LimitDecline:
     try:
         return LimitDecline(reason=reason, decided_by=user.name)

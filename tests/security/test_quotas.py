@@ -130,6 +130,26 @@ async def test_a_user_lowers_limits_and_only_an_operator_raises_them(
             await send(a2a, sent)
 
 
+async def test_a_user_raises_a_waiting_limit_only_to_its_ceiling(
+    api: ApiProcess, fake_model: FakeModelServer
+):
+    session_id = new_id()
+    fake_model.script.set(session_id, [tool_use("wait_for_cancel", {"seconds": 0}, id="w1"), answer("done")])
+    async with api.client("lena") as lena:
+        body = {"goal": "g", "session_id": session_id, "agent": "waiter", "max_steps": 1, "on_limit": "ask"}
+        assert (await lena.post("/v1/sessions", json=body)).status_code == 201
+
+        async def waiting() -> bool:
+            return (await lena.get(f"/v1/sessions/{session_id}")).json()["status"] == "waiting_budget"
+
+        await wait_for(waiting, what="the session at its limit")
+        path = f"/v1/sessions/{session_id}/limits"
+        line = refusal(await lena.post(path, json={"name": "max_steps", "value": 51}), 422)
+        assert "max_steps 51 is above its ceiling of 50" in line, line
+        raised = await lena.post(path, json={"name": "max_steps", "value": 2})
+        assert raised.status_code == 200 and raised.json()["limits"]["max_steps"] == 2, raised.text
+
+
 async def test_a_start_without_an_agent_has_no_tools(
     api: ApiProcess, fake_model: FakeModelServer, client: TemporalClient
 ):
