@@ -61,6 +61,9 @@ class Sessions:
     owners: Owners
     feeds: Feeds
     rate: quotas.StartRate = field(default_factory=quotas.StartRate)
+    # The stdio server (mcp_server.py) acts as the command line: a start without an agent
+    # has the worker's tools there, and none at the service's doors.
+    worker_tools: bool = False
 
 
 def one_line(err: ValidationError) -> str:
@@ -78,11 +81,11 @@ def start_body(**fields: Any) -> StartSession:
 
 
 async def session_input(
-    body: StartSession, user: User, owners: Owners, *, store: bool = True
+    body: StartSession, user: User, owners: Owners, *, store: bool = True, worker_tools: bool = False
 ) -> SessionInput:
     """The start input, resolved as the command line's is (`sessions.start_input.resolve`):
     the agent's settings, then the body's. A start without an agent, where the definitions
-    name no `default_agent`, has no tools. Below an operator, the cost-bearing limits are
+    name no `default_agent`, has no tools (unless `worker_tools`: the command line's rule). Below an operator, the cost-bearing limits are
     ceilings the body may lower, not raise (the agent's own, else the deployment's
     `[ceilings]`; a cost budget no more than the user's `max_cost_budget`, which it gets
     when it sets none). A refusal is `InvalidInput`, one line. Without `store` the files
@@ -105,9 +108,8 @@ async def session_input(
             agent = start_input.chosen_agent(found, body.agent)
         except DefinitionError as err:
             raise BadRequest(str(err)) from None
-        if agent is None:  # no agent named and no `default_agent`: no tools
+        if agent is None and not worker_tools:  # no agent named and no `default_agent`: no tools
             fields["tools"] = []
-        ceiling = None
         if not user.operator:
             ceiling = start_input.ceilings(found, agent, user.quota.max_cost_budget)
             start_input.check_ceilings(
@@ -115,19 +117,18 @@ async def session_input(
             )
             if user.quota.max_cost_budget is not None and body.cost_budget is None:
                 limits["cost_budget_usd"] = ceiling["cost_budget"]
+            for key, value in start_input.capped_defaults(ceiling).items():
+                limits[key] = value if limits.get(key) is None else limits[key]
         attachments = [
             start_input.NewAttachment(
                 name=a.name, data=decode_base64(a.name, a.data), media_type=a.media_type
             )
             for a in body.attachments
         ]
-        resolved = start_input.resolve(
+        return start_input.resolve(
             goal=body.goal, agent=body.agent, limits=limits, fields=fields, attachments=attachments,
             settings={k: getattr(body, k) for k in start_input.SETTING_FIELDS}, store=store,
         )  # fmt: skip
-        if ceiling is not None:
-            resolved.limits = start_input.under_ceilings(resolved.limits, ceiling)
-        return resolved
 
     try:
         # Decoding and storing files (up to the body's 48 MB) runs beside the event loop.
@@ -142,7 +143,9 @@ async def start_session(sessions: Sessions, body: StartSession, user: User) -> s
     """Start the session `body` asks for, as `user`; its id. In this order, so that a
     refused start writes nothing: check the body (`session_input`, files not stored), the
     user's agents and quotas (`service.quotas`), and the id; then store the files and start."""
-    resolved = await session_input(body, user, sessions.owners, store=False)
+    resolved = await session_input(
+        body, user, sessions.owners, store=False, worker_tools=sessions.worker_tools
+    )
     quotas.check_agent(user, resolved)
     with sessions.rate.start(user):
         await quotas.check_running(sessions.client, user, await sessions.owners.has_search_attributes())

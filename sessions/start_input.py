@@ -276,15 +276,16 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def under_ceilings(limits: Limits, ceiling: dict[str, float]) -> Limits:
-    """The session's limits with each one above its ceiling (a default nobody gave) brought
-    down to it."""
-    update: dict[str, Any] = {}
+def capped_defaults(ceiling: dict[str, float]) -> dict[str, Any]:
+    """The `Limits` fields whose default is above its ceiling (a `[ceilings]` set below the
+    defaults), at the ceiling: what a start that gives none of them gets."""
+    defaults = Limits()
+    capped: dict[str, Any] = {}
     for name, field in CEILING_FIELDS.items():
-        value = getattr(limits, field)
+        value = getattr(defaults, field)
         if value is not None and value > ceiling[name]:
-            update[field] = type(value)(ceiling[name])
-    return limits.model_copy(update=update) if update else limits
+            capped[field] = type(value)(ceiling[name])
+    return capped
 
 
 def agent_limits(definition: AgentDefinition, overrides: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ pytestmark = pytest.mark.xdist_group("security-quotas")
 AGENTS = """
 [ceilings]
 max_steps = 50
+timeout = 1800
 
 [agents.helper]
 description = "Helps"
@@ -115,10 +116,13 @@ async def test_a_user_lowers_limits_and_only_an_operator_raises_them(
         # Without an agent, the deployment's ceiling: its own, or the default of each.
         line = refusal(await start(lena, fake_model, max_steps=51), 422)
         assert "max_steps" in line and "ceiling of 50" in line, line
-        line = refusal(await start(lena, fake_model, timeout=10 * 24 * 3600), 422)
-        assert "timeout" in line and "ceiling of 14400" in line, line
+        line = refusal(await start(lena, fake_model, timeout=3600), 422)
+        assert "timeout" in line and "ceiling of 1800" in line, line
+        # A default above its ceiling is brought down to it; an operator's is not.
+        assert (await start(lena, fake_model)).json()["limits"]["timeout_seconds"] == 1800
         raised = await start(olga, fake_model, agent="helper", max_steps=40)
         assert raised.status_code == 201 and raised.json()["limits"]["max_steps"] == 40, raised.text
+        assert raised.json()["limits"]["timeout_seconds"] == 3600
     async with over_http(api, "lena") as mcp:
         called = await mcp.call_tool("start_session", {"goal": "g", "agent": "helper", "token_budget": 10**9})
         line = error_line(called)
