@@ -83,6 +83,7 @@ def api_env(address: str, task_queue: str, data_dir: Path, users_file: Path | No
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("AGENT_API_USERS", None)
+    env.setdefault("AGENT_DEFINITIONS", str(worker_definitions(data_dir)))
     if users_file is not None:
         env["AGENT_API_USERS"] = str(users_file)
     return env
@@ -166,10 +167,14 @@ def worker_definitions(folder: Path) -> Path:
     agent such a start has no tools)."""
     path = folder / "agents-worker.toml"
     shipped = (ROOT / "agents.toml").read_text()
-    path.write_text(
+    text = (
         f'default_agent = "{WORKER_AGENT}"\n{shipped}\n'
         f'[agents.{WORKER_AGENT}]\ndescription = "Every tool the test worker has"\n'
     )
+    if not path.exists() or path.read_text() != text:  # whole, for a server reading it now
+        part = path.with_suffix(f".{uuid.uuid4().hex[:8]}")
+        part.write_text(text)
+        part.replace(path)
     return path
 
 
@@ -188,8 +193,6 @@ async def serve_api(
 
     users = folder / "users.toml"
     users.write_text(users_text or users_toml())
-    if "AGENT_DEFINITIONS" not in (env or {}):
-        env = {**(env or {}), "AGENT_DEFINITIONS": str(worker_definitions(folder))}
     queue = f"api-{uuid.uuid4().hex[:8]}"
     worker = build_worker(
         client,
