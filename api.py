@@ -1,9 +1,9 @@
 """`python api.py`: the agent service, an HTTP API and a page to start, follow and steer
 sessions.
 
-Users and their tokens come from the TOML file named by `AGENT_API_USERS`. Without it the
-server listens on 127.0.0.1 only, with one local user whose random token is in the URL it
-prints. Temporal is reached as by the client (`TEMPORAL_ADDRESS`, `TEMPORAL_TASK_QUEUE`...).
+Users, their tokens and quotas come from the TOML file named by `AGENT_API_USERS`. Without
+it the server listens on 127.0.0.1 only, with one local user whose random token is in the
+URL it prints. Temporal is reached as by the client (`TEMPORAL_ADDRESS`, `TEMPORAL_TASK_QUEUE`...).
 It answers only requests sent to its own names (loopback on its port, the address it
 listens on, the public URL) and from its own pages, against DNS rebinding: --allow-host and
 --allow-origin (`AGENT_ALLOWED_HOSTS`, `AGENT_ALLOWED_ORIGINS`) add more.

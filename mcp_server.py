@@ -1,8 +1,9 @@
 """`python mcp_server.py`: the agent sessions as an MCP server over stdio, for desktop
 clients (Claude Desktop, Claude Code, IDEs) that start it themselves.
 
-It acts as the command line does: it sees every session on the Temporal server, and the
-sessions it starts and the decisions it records are `mcp:<login name>`'s. Standard output
+It acts as the command line does: it sees every session on the Temporal server, the
+sessions it starts and the decisions it records are `mcp:<login name>`'s, and a start
+without an agent (and no `default_agent`) has the worker's tools. Standard output
 carries MCP only; messages go to standard error. Temporal is reached as by the client
 (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TASK_QUEUE, ...). `api.py` serves the same
 tools over HTTP at /mcp, behind its users and tokens.
@@ -55,7 +56,7 @@ async def serve() -> None:
     from sessions import control
 
     client = await connect()
-    sessions = Sessions(client, Owners(client), Feeds(client))
+    sessions = Sessions(client, Owners(client), Feeds(client), worker_tools=True)
     # Who decides from this terminal, as the command line's rule names it, for MCP.
     user = User(name="mcp:" + control.cli_user().removeprefix("cli:"), token_sha256=b"", operator=True)
 

@@ -14,7 +14,15 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from infra.errors import ConfigError
 from infra.policy import ToolPolicy
@@ -86,7 +94,8 @@ class AgentDefinition(BaseModel):
     # URLs told when a call waits for approval, a wait for an event starts, and the session
     # ends; each must start with a prefix in AGENT_NOTIFY_ALLOW (infra/notify.py).
     notify: list[str] | None = None
-    # Any limit of `start`; the command line's flags override them.
+    # Any limit of `start`. At the service's doors they are ceilings a user may only lower;
+    # an operator and the command line may raise them.
     max_steps: int | None = Field(default=None, ge=1, le=10_000)
     token_budget: int | None = Field(default=None, ge=1)
     cost_budget: float | None = Field(default=None, gt=0)
@@ -119,9 +128,26 @@ class AgentDefinition(BaseModel):
         return self
 
 
+class Ceilings(BaseModel):
+    """`[ceilings]`: the most a user may set, at the service's doors, of a cost-bearing limit
+    that the agent (or a start without one) does not set itself. An operator and the
+    command line may go past them."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_steps: int = Field(default=100, ge=1, le=10_000)
+    token_budget: int = Field(default=2_000_000, ge=1)
+    cost_budget: float = Field(default=10.0, gt=0)
+    timeout: float = Field(default=4 * 3600, gt=0)
+    max_tokens: int = Field(default=32_000, ge=1, le=128_000)
+    continue_as_new_after_steps: int = Field(default=500, ge=1)
+
+
 class Definitions(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    default: str | None = None
+    # The agent a start without one runs (`default` is the older spelling); without one,
+    # such a start runs with no tools.
+    default: str | None = Field(default=None, validation_alias=AliasChoices("default_agent", "default"))
+    ceilings: Ceilings = Field(default_factory=Ceilings)
     agents: dict[str, AgentDefinition] = Field(default_factory=dict)
     mcp_servers: dict[str, McpServer] = Field(default_factory=dict)
 
@@ -138,7 +164,7 @@ class Definitions(BaseModel):
     @model_validator(mode="after")
     def _references(self) -> Definitions:
         if self.default is not None and self.default not in self.agents:
-            raise ValueError(f"default: no agent {self.default!r}")
+            raise ValueError(f"default_agent: no agent {self.default!r}")
         for name, agent in self.agents.items():
             for server in agent.mcp_servers:
                 if server not in self.mcp_servers:

@@ -9,6 +9,8 @@ AgentError
 ├── SessionEnded       the session has ended; it takes no more decisions
 ├── NoWorker           no worker answered in time
 ├── Busy               a read did not get through in time; retry after `retry_after` seconds
+├── OverQuota          a start past one of the user's quotas; retry after `retry_after` seconds
+├── NotAllowed         a start of an agent the users file does not give the user
 ├── Rejected           the session refused an action (its validator said why)
 │   └── InvalidInput   ... because a payload broke a schema (an edited tool input)
 ├── BadRequest         the caller's own mistake (arguments, files, payloads)
@@ -66,6 +68,19 @@ class Busy(AgentError):
     def __init__(self, message: str, retry_after: int = 2):
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class OverQuota(AgentError):
+    """A start past a quota of the users file (sessions running, starts a minute): nothing
+    started, nothing stored; worth asking again after `retry_after` seconds."""
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class NotAllowed(AgentError):
+    """A start of an agent the users file does not give the user."""
 
 
 class Rejected(AgentError):

@@ -619,6 +619,7 @@ class SessionTasks(RequestHandler):
                     message='a raise is {"raise": {"name": "max_steps"|"token_budget"|"cost_budget", "value": N}}'
                 )
             request = steering.limit_raise(user, name, value)
+            await steering.check_raise(sessions.owners, user, session_id, request)
             await steering.act(sessions, user, session_id, AgentWorkflow.raise_limit, request)
             return
         reason = found.get("reason")

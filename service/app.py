@@ -21,6 +21,7 @@ from service.auth import Cookies, Users, current_user
 from service.feeds import Feeds
 from service.origins import Access
 from service.ownership import Owners
+from service.quotas import StartRate
 from service.steering import Sessions
 from sessions import start_input
 
@@ -55,13 +56,15 @@ def create_app(
             app.state.feeds.close()
 
     def sessions() -> Sessions:
-        return Sessions(app.state.client, app.state.owners, app.state.feeds)
+        return Sessions(app.state.client, app.state.owners, app.state.feeds, app.state.rate)
 
     app = FastAPI(
         title="Agent sessions", description=DESCRIPTION, version="1",
         lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
     )  # fmt: skip
     app.state.users = users
+    app.state.rate = StartRate()
+    app.state.sessions = sessions
     app.state.access = access
     app.state.cookies = cookies or Cookies.from_env()
     http_errors.install(app)

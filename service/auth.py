@@ -55,6 +55,13 @@ class UserEntry(BaseModel):
     token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
     token: str | None = Field(default=None, min_length=8)
     roles: list[Literal["operator"]] = Field(default_factory=list)
+    # Quotas (service/quotas.py), each optional: the agents they may start (and so their
+    # tools), how many of their sessions may run at once, how many starts a minute (per
+    # API process), and the most one session's cost budget may be.
+    agents: list[str] | None = Field(default=None, max_length=1000)
+    max_running: int | None = Field(default=None, ge=0)
+    starts_per_minute: int | None = Field(default=None, ge=0)
+    max_cost_budget: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _one_token(self) -> UserEntry:
@@ -81,10 +88,21 @@ class UsersFile(BaseModel):
 
 
 @dataclass(frozen=True)
+class Quota:
+    """A user's quotas from the users file; None: not limited."""
+
+    agents: tuple[str, ...] | None = None
+    max_running: int | None = None
+    starts_per_minute: int | None = None
+    max_cost_budget: float | None = None
+
+
+@dataclass(frozen=True)
 class User:
     name: str
     token_sha256: bytes
     operator: bool = False
+    quota: Quota = Quota()
 
     def may_see(self, owner: str) -> bool:
         return self.operator or hmac.compare_digest(owner.encode(), self.name.encode())
@@ -172,7 +190,11 @@ def _user(name: str, entry: UserEntry) -> User:
     else:
         assert entry.token is not None  # UserEntry holds exactly one of the two
         digest = hashlib.sha256(entry.token.encode()).digest()
-    return User(name=name, token_sha256=digest, operator=OPERATOR in entry.roles)
+    quota = Quota(
+        agents=tuple(entry.agents) if entry.agents is not None else None, max_running=entry.max_running,
+        starts_per_minute=entry.starts_per_minute, max_cost_budget=entry.max_cost_budget,
+    )  # fmt: skip
+    return User(name=name, token_sha256=digest, operator=OPERATOR in entry.roles, quota=quota)
 
 
 def local_user() -> tuple[Users, str]:

@@ -22,7 +22,9 @@ from infra.errors import (
     Busy,
     ConfigError,
     InvalidInput,
+    NotAllowed,
     NoWorker,
+    OverQuota,
     Rejected,
     SessionEnded,
     SessionExists,
@@ -42,6 +44,8 @@ RETRY_AFTER = 2  # seconds, on a 503
 STATUS_OF = [
     (Unauthorized, 401),
     (Forbidden, 403),
+    (NotAllowed, 403),
+    (OverQuota, 429),
     (SessionNotFound, 404),
     (InvalidInput, 422),
     (SessionExists, 409),
@@ -79,8 +83,9 @@ def install(app: FastAPI) -> None:
     async def _agent_error(request: Request, err: AgentError) -> JSONResponse:
         status = next(code for kind, code in STATUS_OF if isinstance(err, kind))
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        if status == 503:  # busy or unreachable for now: worth asking again
-            headers = {"Retry-After": str(err.retry_after if isinstance(err, Busy) else RETRY_AFTER)}
+        if status in (503, 429):  # busy, unreachable or over a quota for now: worth asking again
+            later = err.retry_after if isinstance(err, Busy | OverQuota) else RETRY_AFTER
+            headers = {"Retry-After": str(later)}
         return error_response(status, type(err).__name__, str(err), headers)
 
     @app.exception_handler(RequestValidationError)

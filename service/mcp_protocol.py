@@ -63,7 +63,7 @@ from pydantic import Field, ValidationError
 from temporalio.service import RPCError
 
 from infra.errors import AgentError, BadRequest, SessionNotFound
-from service import steering
+from service import quotas, steering
 from service.auth import User
 from service.schemas import SESSION_ID
 from service.steering import Sessions
@@ -423,7 +423,8 @@ async def _completions(sessions: Sessions, user: User, params: CompleteRequestPa
     prefix = argument.value
     if kind == "agent":
         try:
-            names = [a["name"] for a in start_input.describe(start_input.read_definitions())]
+            found = start_input.describe(start_input.read_definitions())
+            names = [a["name"] for a in quotas.startable(user, found)]  # the ones this user may start
         except BadRequest:  # the definitions cannot be read: nothing to offer
             names = []
         return sorted(n for n in names if n.startswith(prefix))

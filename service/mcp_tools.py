@@ -64,7 +64,7 @@ from activities.wire import TextDelta
 from infra import project
 from infra.definitions import NAME_PATTERN
 from infra.errors import AgentError, BadRequest, InvalidInput, Rejected, SessionNotFound
-from service import mcp_protocol, schemas, steering
+from service import mcp_protocol, quotas, schemas, steering
 from service.auth import User, Users, bearer_user
 from service.http_errors import RETRY_AFTER, error_response
 from service.schemas import SessionPage
@@ -296,10 +296,11 @@ def build(
             return SessionPage(sessions=rows, next_cursor=next_cursor)
 
     @server.tool(annotations=READS, title="List agents")
-    async def list_agents() -> AgentList:
-        """The agent definitions a session can run (start_session's `agent`)."""
+    async def list_agents(ctx: Context[Any, Any]) -> AgentList:
+        """The agent definitions a session can run that this caller may start (start_session's `agent`)."""
         with one_line_errors():
-            return AgentList(agents=start_input.describe(start_input.read_definitions()))
+            found = start_input.describe(start_input.read_definitions())
+            return AgentList(agents=quotas.startable(caller(ctx), found))
 
     @server.tool(annotations=READS, title="List your memories")
     async def list_memories(
@@ -435,6 +436,7 @@ def build(
         """Set a new limit; a session waiting at it (waiting_budget) goes on. Answers the status."""
         with one_line_errors():
             request = steering.limit_raise(caller(ctx), name, value)
+            await steering.check_raise(sessions_of().owners, caller(ctx), session_id, request)
         return await steer(ctx, session_id, AgentWorkflow.raise_limit, request)
 
     @server.tool(annotations=CHANGES, title="Decline more budget")

@@ -13,8 +13,9 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
-from service import schemas
+from service import quotas, schemas
 from service.auth import COOKIE, Cookies, Unauthorized, User, bearer, current_user
+from sessions import start_input
 
 STATIC = Path(__file__).parent / "static"
 router = APIRouter()
@@ -58,3 +59,16 @@ async def me(request: Request, user: User = Depends(current_user)) -> schemas.Me
         user=user.name, operator=user.operator, namespace=request.app.state.client.namespace,
         temporal_ui_url=os.environ.get("TEMPORAL_UI_URL", "http://localhost:8233").rstrip("/"),
     )  # fmt: skip
+
+
+@router.get("/v1/agents", tags=["service"])
+async def agents(user: User = Depends(current_user)) -> schemas.AgentChoices:
+    """The agents the caller may start (the users file's `agents`, else every agent of the
+    definitions), read from the definitions now: what the page offers."""
+    found = quotas.startable(user, start_input.describe(start_input.read_definitions()))
+    return schemas.AgentChoices(
+        agents=[
+            schemas.AgentChoice(name=a["name"], description=a["description"], default=a["default"])
+            for a in found
+        ]
+    )

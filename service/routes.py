@@ -8,14 +8,12 @@ with the workflow's typed update references, like the command line.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import ValidationError
 
-from infra.connection import task_queue
 from infra.errors import BadRequest, InvalidInput, SessionNotFound
 from service import schemas, steering
 from service.auth import User, current_user
@@ -54,13 +52,21 @@ NoBody = Annotated[schemas.Empty | None, Body()]
 OptionalCancel = Annotated[schemas.Cancel | None, Body()]
 
 
-@router.post("", status_code=201, responses={**ERRORS, 409: {"description": "the id is taken"}})
-async def start_session(body: schemas.StartSession, user: Caller, owned: Owned) -> SessionStatus:
-    """Start a session for the caller; answers its status."""
-    session_input = await steering.session_input(body, user, owned)
-    session_id = body.session_id or f"session-{uuid.uuid4().hex[:12]}"
-    await control.start(owned.client, session_input, session_id, task_queue=task_queue())
-    owned.remember(session_id, user.name)
+STARTS: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    403: {"description": "an agent the users file does not give the caller"},
+    409: {"description": "the id is taken"},
+    422: {"description": "the body breaks the schema, or raises a limit above its ceiling"},
+    429: {"description": "over one of the caller's quotas; see Retry-After"},
+}
+
+
+@router.post("", status_code=201, responses=STARTS)
+async def start_session(
+    body: schemas.StartSession, user: Caller, owned: Owned, request: Request
+) -> SessionStatus:
+    """Start a session for the caller; answers its status. A refused start writes nothing."""
+    session_id = await steering.start_session(request.app.state.sessions(), body, user)
     return await control.status(owned.client, session_id)
 
 
@@ -233,12 +239,14 @@ async def send_event(session_id: str, body: schemas.Event, user: Caller, owned: 
 
 @router.post("/{session_id}/limits", responses=CONFLICT)
 async def limits(session_id: str, body: schemas.Limit, user: Caller, owned: Owned) -> SessionStatus:
-    """Raise a limit (`raise_limit`: one waiting at it goes on), or decline (`decline_limit`)."""
+    """Raise a limit (`raise_limit`: one waiting at it goes on; above its ceiling, an
+    operator's only), or decline (`decline_limit`)."""
     if body.decline:
         decline = LimitDecline(reason=body.reason, decided_by=user.name)
         return await _steer(owned, user, session_id, AgentWorkflow.decline_limit, decline)
     assert body.name is not None and body.value is not None
     request = LimitRaise(name=body.name, value=body.value, decided_by=user.name)
+    await steering.check_raise(owned, user, session_id, request)
     return await _steer(owned, user, session_id, AgentWorkflow.raise_limit, request)
 
 

@@ -214,6 +214,16 @@ class SessionPage(BaseModel):
     )
 
 
+class AgentChoice(BaseModel):
+    name: str
+    description: str
+    default: bool = Field(description="the agent a start without one runs (the definitions' default_agent)")
+
+
+class AgentChoices(BaseModel):
+    agents: list[AgentChoice]
+
+
 class Me(BaseModel):
     user: str
     operator: bool

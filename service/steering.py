@@ -19,7 +19,7 @@ import logging
 import re
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -27,7 +27,9 @@ from temporalio.client import Client
 
 from infra.attachments import AttachmentError, decode_base64
 from infra.connection import task_queue
+from infra.definitions import DefinitionError
 from infra.errors import BadRequest, InvalidInput
+from service import quotas
 from service.auth import User
 from service.feeds import Feed, Feeds
 from service.ownership import Owners
@@ -52,11 +54,16 @@ REJOIN_AFTER = 2.0  # seconds before following a feed again that stopped before 
 
 @dataclass
 class Sessions:
-    """What the tools act through: the Temporal client, the owners, the shared feeds."""
+    """What the tools act through: the Temporal client, the owners, the shared feeds, and
+    this process's count of each user's starts (`service.quotas`)."""
 
     client: Client
     owners: Owners
     feeds: Feeds
+    rate: quotas.StartRate = field(default_factory=quotas.StartRate)
+    # The stdio server (mcp_server.py) acts as the command line: a start without an agent
+    # has the worker's tools there, and none at the service's doors.
+    worker_tools: bool = False
 
 
 def one_line(err: ValidationError) -> str:
@@ -73,9 +80,16 @@ def start_body(**fields: Any) -> StartSession:
         raise InvalidInput(one_line(err)) from None
 
 
-async def session_input(body: StartSession, user: User, owners: Owners) -> SessionInput:
+async def session_input(
+    body: StartSession, user: User, owners: Owners, *, store: bool = True, worker_tools: bool = False
+) -> SessionInput:
     """The start input, resolved as the command line's is (`sessions.start_input.resolve`):
-    the agent's settings, then the body's. A refusal is `InvalidInput`, one line."""
+    the agent's settings, then the body's. A start without an agent, where the definitions
+    name no `default_agent`, has no tools (unless `worker_tools`: the command line's rule). Below an operator, the cost-bearing limits are
+    ceilings the body may lower, not raise (the agent's own, else the deployment's
+    `[ceilings]`; a cost budget no more than the user's `max_cost_budget`, which it gets
+    when it sets none). A refusal is `InvalidInput`, one line. Without `store` the files
+    are checked, not stored (`start_session` stores them once the start may go ahead)."""
     limits = {"max_steps": body.max_steps, "token_budget": body.token_budget,
               "cost_budget_usd": body.cost_budget, "timeout_seconds": body.timeout,
               "approval_timeout_seconds": body.approval_timeout}  # fmt: skip
@@ -89,6 +103,22 @@ async def session_input(body: StartSession, user: User, owners: Owners) -> Sessi
     }  # fmt: skip
 
     def resolve() -> SessionInput:
+        found = start_input.read_definitions()
+        try:
+            agent = start_input.chosen_agent(found, body.agent)
+        except DefinitionError as err:
+            raise BadRequest(str(err)) from None
+        if agent is None and not worker_tools:  # no agent named and no `default_agent`: no tools
+            fields["tools"] = []
+        if not user.operator:
+            ceiling = start_input.ceilings(found, agent, user.quota.max_cost_budget)
+            start_input.check_ceilings(
+                {k: getattr(body, k, None) for k in start_input.CEILING_FIELDS}, ceiling
+            )
+            if user.quota.max_cost_budget is not None and body.cost_budget is None:
+                limits["cost_budget_usd"] = ceiling["cost_budget"]
+            for key, value in start_input.capped_defaults(ceiling).items():
+                limits[key] = value if limits.get(key) is None else limits[key]
         attachments = [
             start_input.NewAttachment(
                 name=a.name, data=decode_base64(a.name, a.data), media_type=a.media_type
@@ -97,7 +127,7 @@ async def session_input(body: StartSession, user: User, owners: Owners) -> Sessi
         ]
         return start_input.resolve(
             goal=body.goal, agent=body.agent, limits=limits, fields=fields, attachments=attachments,
-            settings={k: getattr(body, k) for k in start_input.SETTING_FIELDS},
+            settings={k: getattr(body, k) for k in start_input.SETTING_FIELDS}, store=store,
         )  # fmt: skip
 
     try:
@@ -107,6 +137,26 @@ async def session_input(body: StartSession, user: User, owners: Owners) -> Sessi
         raise InvalidInput(str(err)) from None
     except ValidationError as err:
         raise InvalidInput(one_line(err)) from None
+
+
+async def start_session(sessions: Sessions, body: StartSession, user: User) -> str:
+    """Start the session `body` asks for, as `user`; its id. In this order, so that a
+    refused start writes nothing: check the body (`session_input`, files not stored), the
+    user's agents and quotas (`service.quotas`), and the id; then store the files and start."""
+    resolved = await session_input(
+        body, user, sessions.owners, store=False, worker_tools=sessions.worker_tools
+    )
+    quotas.check_agent(user, resolved)
+    with sessions.rate.start(user):
+        await quotas.check_running(sessions.client, user, await sessions.owners.has_search_attributes())
+        session_id = body.session_id or f"session-{uuid.uuid4().hex[:12]}"
+        await control.check_id(sessions.client, session_id)
+        if body.attachments:
+            blobs = [decode_base64(a.name, a.data) for a in body.attachments]
+            await asyncio.to_thread(start_input.store_attachments, blobs)
+        await control.start(sessions.client, resolved, session_id, task_queue=task_queue())
+    sessions.owners.remember(session_id, user.name)
+    return session_id
 
 
 async def start(
@@ -127,11 +177,7 @@ async def start(
     if unknown := sorted(set(choices) - set(START_CHOICES)):
         raise BadRequest(f"unknown start choices: {', '.join(unknown)}")
     body = start_body(goal=goal, agent=agent, session_id=session_id, model=model, chat=chat, **choices)
-    session_input_ = await session_input(body, user, sessions.owners)
-    session_id = session_id or f"session-{uuid.uuid4().hex[:12]}"
-    await control.start(sessions.client, session_input_, session_id, task_queue=task_queue())
-    sessions.owners.remember(session_id, user.name)
-    return await control.status(sessions.client, session_id)
+    return await control.status(sessions.client, await start_session(sessions, body, user))
 
 
 async def act(sessions: Sessions, user: User, session_id: str, update: Callable[..., Any], *args: Any) -> Any:
@@ -169,6 +215,22 @@ def limit_raise(user: User, name: str, value: float) -> LimitRaise:
         return LimitRaise.model_validate({"name": name, "value": value, "decided_by": user.name})
     except ValidationError as err:
         raise BadRequest(one_line(err)) from None
+
+
+async def check_raise(owners: Owners, user: User, session_id: str, request: LimitRaise) -> None:
+    """Below an operator, a raise above the limit's ceiling (the session's agent's, else
+    the deployment's `[ceilings]`) is refused as a start's would be: `InvalidInput`, one
+    line. A session the user may not see is `SessionNotFound`."""
+    if user.operator:
+        return
+    status = await owners.status(user, session_id)
+    try:
+        found = start_input.read_definitions()
+        agent = status.agent if status.agent in found.agents else None
+        ceiling = start_input.ceilings(found, agent, user.quota.max_cost_budget)
+        start_input.check_ceilings({request.name: request.value}, ceiling)
+    except BadRequest as err:
+        raise InvalidInput(str(err)) from None
 
 
 def limit_decline(user: User, reason: str | None) -> LimitDecline:

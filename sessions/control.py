@@ -98,8 +98,8 @@ async def start(
     the shape the system makes (`workflows.ids`: sub-agents, notifications, forks, memories,
     scheduled runs) is `InvalidInput` unless the system made it (`system_id`, a fork's
     default id): a sub-agent or a notification never finds its id taken."""
-    if not system_id and (reserved := ids.reserved_for(session_id)) is not None:
-        raise InvalidInput(f"session id {session_id!r} has the shape reserved for {reserved}")
+    if not system_id:
+        refuse_reserved(session_id)
     try:
         return await client.start_workflow(
             AgentWorkflow.run,
@@ -114,6 +114,26 @@ async def start(
         )
     except WorkflowAlreadyStartedError:
         raise SessionExists(session_id) from None
+
+
+def refuse_reserved(session_id: str) -> None:
+    """`InvalidInput` for an id of a shape the system makes for its own sessions."""
+    if (reserved := ids.reserved_for(session_id)) is not None:
+        raise InvalidInput(f"session id {session_id!r} has the shape reserved for {reserved}")
+
+
+async def check_id(client: Client, session_id: str) -> None:
+    """Before anything is stored for a start: `SessionExists` when a workflow has the id
+    (ids are never reused), `InvalidInput` for one of the shapes the system makes. Two starts
+    racing for one id may both pass; `start` still lets only one of them have it."""
+    refuse_reserved(session_id)
+    try:
+        await handle(client, session_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return
+        raise
+    raise SessionExists(session_id)
 
 
 async def has_search_attributes(client: Client) -> bool:

@@ -18,6 +18,7 @@ session.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -69,6 +70,16 @@ LIMIT_FIELDS = {  # definition field -> Limits field
     "context_tokens": "context_tokens",
     "approval_timeout": "approval_timeout_seconds",
 }
+# The cost-bearing limits a user may lower but not raise at the service's doors (start
+# name -> `Limits` field; `service/quotas.py`).
+CEILING_FIELDS = {
+    "max_steps": "max_steps",
+    "token_budget": "token_budget",
+    "cost_budget": "cost_budget_usd",
+    "timeout": "timeout_seconds",
+    "max_tokens": "max_tokens",
+    "continue_as_new_after_steps": "continue_as_new_after_steps",
+}
 SETTING_FIELDS = ("thinking_budget", "temperature", "top_p", "stop_sequences", "tool_choice")
 # Chat Completions takes at most this many stop sequences.
 OPENAI_MAX_STOP_SEQUENCES = 4
@@ -82,12 +93,14 @@ def resolve(
     fields: dict[str, Any],
     attachments: list[NewAttachment] | None = None,
     settings: dict[str, Any] | None = None,
+    store: bool = True,
 ) -> SessionInput:
     """The start input for the caller's goal, agent (None: the file's default) and
     settings: `limits` as `Limits` fields, `fields` as `SessionInput` fields and
     `settings` as `ModelSettings` fields, None meaning not given; `attachments` are files
     for the goal's message, stored in the object store here (the input records them by
-    reference)."""
+    reference), or, without `store`, checked only: the caller stores them
+    (`store_attachments`) once it has decided to start."""
     if fields.get("model") is not None:
         check_model(fields["model"])
     for model in fields.get("fallback_models") or []:
@@ -112,7 +125,7 @@ def resolve(
                 )
     check_output_schema(resolved)
     if attachments:
-        resolved = resolved.model_copy(update={"attachments": attach(resolved.model, attachments)})
+        resolved = resolved.model_copy(update={"attachments": attach(resolved.model, attachments, store)})
     try:
         targets = check_targets(resolved.notify, allowed_prefixes())
     except NotifyRefused as err:
@@ -132,16 +145,17 @@ class NewAttachment:
     media_type: str | None = None
 
 
-def attach(model: str, files: list[NewAttachment]) -> list[Attachment]:
+def attach(model: str, files: list[NewAttachment], store: bool = True) -> list[Attachment]:
     """The files checked (type by their bytes, limits, what the model's provider can take),
-    stored, and recorded by reference."""
+    stored (unless not `store`), and recorded by reference: their SHA-256, the store's key."""
     try:
         found = [detect(f.name, f.data, f.media_type) for f in files]
         check_total([len(f.data) for f in files])
     except AttachmentError as err:
         raise BadRequest(str(err)) from None
     check_attachments_for(model, [(f.name, d.media_type) for f, d in zip(files, found, strict=True)])
-    refs = store_attachments([f.data for f in files])
+    blobs = [f.data for f in files]
+    refs = store_attachments(blobs) if store else [hashlib.sha256(blob).hexdigest() for blob in blobs]
     return [
         Attachment(name=f.name, media_type=d.media_type, ref=ref, size=len(f.data), width=d.width,
                    height=d.height, pages=d.pages)
@@ -231,6 +245,47 @@ def chosen_agent(definitions: Definitions, name: str | None) -> str | None:
         definitions.agent(name)  # says which agents exist when it is unknown
         return name
     return definitions.default
+
+
+def ceilings(definitions: Definitions, agent: str | None, max_cost_budget: float | None) -> dict[str, float]:
+    """The most a user may set of each cost-bearing limit at the service's doors (by its
+    start name): the agent's own value, else the deployment's `[ceilings]`; a cost budget
+    no more than the user's `max_cost_budget` either."""
+    definition = definitions.agent(agent) if agent is not None else None
+    found: dict[str, float] = {}
+    for name in CEILING_FIELDS:
+        own = getattr(definition, name, None)
+        found[name] = own if own is not None else getattr(definitions.ceilings, name)
+    if max_cost_budget is not None:
+        found["cost_budget"] = min(found["cost_budget"], max_cost_budget)
+    return found
+
+
+def check_ceilings(given: dict[str, Any], ceiling: dict[str, float]) -> None:
+    """A limit given above its ceiling (`given` by start name, None meaning not given) is
+    refused: one line naming the field and its ceiling."""
+    for name, value in given.items():
+        if value is not None and name in ceiling and value > ceiling[name]:
+            raise BadRequest(
+                f"{name} {_number(value)} is above its ceiling of {_number(ceiling[name])}: it may be lowered, "
+                "and raised only by an operator"
+            )
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def capped_defaults(ceiling: dict[str, float]) -> dict[str, Any]:
+    """The `Limits` fields whose default is above its ceiling (a `[ceilings]` set below the
+    defaults), at the ceiling: what a start that gives none of them gets."""
+    defaults = Limits()
+    capped: dict[str, Any] = {}
+    for name, field in CEILING_FIELDS.items():
+        value = getattr(defaults, field)
+        if value is not None and value > ceiling[name]:
+            capped[field] = type(value)(ceiling[name])
+    return capped
 
 
 def agent_limits(definition: AgentDefinition, overrides: dict[str, Any]) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from devservers import temporal_server
 from devservers.fakemodel import FakeModelServer
 from sessions import control
 from tests.conftest import answer, tool_use
-from tests.support.api import TOKENS, ApiProcess, serve_api, wait_for
+from tests.support.api import TOKENS, WORKER_AGENT, ApiProcess, serve_api, wait_for
 from workflows.typed_output import FINAL_ANSWER
 
 EMAIL = {"to": "team@example.com", "subject": "hi", "body": "x"}
@@ -128,7 +128,7 @@ async def test_the_card_is_public_and_the_endpoint_needs_a_token(api: ApiProcess
             assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer", (
                 refused.text
             )
-    assert {s["id"] for s in card["skills"]} == {"assistant", "researcher", "note-keeper"}
+    assert {s["id"] for s in card["skills"]} == {"assistant", "researcher", "note-keeper", WORKER_AGENT}
     assert card["capabilities"]["streaming"] is True
     assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "bearer"
     assert {(i["url"], i["protocolVersion"]) for i in card["supportedInterfaces"]} == {

@@ -81,7 +81,7 @@ async def test_start_watch_approve_an_edit_and_complete_in_chromium(api: ApiProc
             await page.wait_for_selector("#me:has-text('alice')")
 
             await page.fill("#goal", "Email the team that the release is out.")
-            await page.fill("#agent", "assistant")
+            await page.select_option("#agent", "assistant")
             await page.click("#start")
             await page.wait_for_url(re.compile(r"#/s/session-"))
             session_id = page.url.split("#/s/")[1]

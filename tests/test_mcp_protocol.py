@@ -39,7 +39,7 @@ from devservers.fakemodel import FakeModelServer
 from sessions import control
 from sessions.follow import follow
 from tests.conftest import ROOT, answer, tool_use
-from tests.support.api import TOKENS, ApiProcess, serve_api
+from tests.support.api import TOKENS, WORKER_AGENT, ApiProcess, serve_api
 from tests.support.billing import Inbound
 from workflows.agent import AgentWorkflow
 from workflows.contract import CancelRequest, Decision, SessionInput, UserMessage
@@ -216,7 +216,7 @@ async def test_completion_offers_the_callers_own_sessions_and_the_agents(
         agents = (
             await alice.complete(PromptReference(name="run_agent"), {"name": "agent", "value": ""})
         ).completion
-        assert agents.values == ["assistant", "note-keeper", "researcher"]
+        assert agents.values == ["assistant", "note-keeper", "researcher", WORKER_AGENT]
         assert (await alice.complete(PromptReference(name="run_agent"), {"name": "agent", "value": "re"})).completion.values == ["researcher"]  # fmt: skip
         with pytest.raises(MCPError) as refused:
             await alice.complete(session, {"name": "agent", "value": ""})

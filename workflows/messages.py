@@ -19,7 +19,9 @@ Then the message is delivered as a steer is: the next user turn, with the calls'
 With nothing in flight it is a steer.
 
 Message ids count every message of every mode, from the goal's 1 (`last_message_id`).
-Pending messages are bounded (`MAX_PENDING`, `MAX_PENDING_CHARS`): one more is refused.
+Pending messages are bounded (`MAX_PENDING` messages, `MAX_PENDING_BYTES` of UTF-8 text in
+all): one more is refused by the update's validator, so at every door (HTTP's 409 with the
+reason, MCP, A2A, the command line) and before anything is recorded.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.session import Session
 
 MAX_PENDING = 20
-MAX_PENDING_CHARS = 1_000_000
+MAX_PENDING_BYTES = 1_000_000  # 1 MB
 # Why a call waiting for approval was denied, and a call not yet started did not run.
 INTERRUPTED = "interrupted by a new message"
 
@@ -55,11 +57,12 @@ def check_send(session: Session, message: UserMessage) -> None:
         raise ValueError(f"session {session.id} is closing; it takes no more messages")
     if len(state.pending) >= MAX_PENDING:
         raise ValueError(f"session {session.id} already holds {MAX_PENDING} messages the model has not had")
-    held = sum(len(m.text) for m in state.pending)
-    if held + len(message.text) > MAX_PENDING_CHARS:
+    held = sum(len(m.text.encode()) for m in state.pending)
+    size = len(message.text.encode())
+    if held + size > MAX_PENDING_BYTES:
         raise ValueError(
-            f"session {session.id}'s pending messages already hold {held} characters; "
-            f"at most {MAX_PENDING_CHARS} together"
+            f"session {session.id}'s pending messages already hold {held} bytes and this one has {size}; "
+            f"at most {MAX_PENDING_BYTES} (1 MB) together"
         )
 
 

@@ -102,7 +102,7 @@ function filterChanged() {
 async function startSession(event) {
   event.preventDefault();
   const body = { goal: $("#goal").value, chat: $("#chat").checked };
-  if ($("#agent").value.trim()) body.agent = $("#agent").value.trim();
+  if ($("#agent").value) body.agent = $("#agent").value;
   $("#start").disabled = true;
   try {
     const started = await api("/v1/sessions", { method: "POST", body });
@@ -588,6 +588,24 @@ function route() {
   }
 }
 
+// The agents this user may start, as a list; the definitions' default chosen. Without a
+// default, the first choice is a start without an agent, which has no tools.
+async function listAgents() {
+  const select = $("#agent");
+  try {
+    const { agents } = await api("/v1/agents");
+    const choices = agents.some((a) => a.default) ? [] : [el("option", { value: "", text: "none (no tools)" })];
+    for (const a of agents) {
+      const option = el("option", { value: a.name, text: a.name, title: a.description });
+      option.selected = a.default;
+      choices.push(option);
+    }
+    select.replaceChildren(...choices);
+  } catch (error) {
+    $("#start-error").textContent = error.message;
+  }
+}
+
 async function init() {
   try {
     me = await api("/v1/me");
@@ -595,6 +613,7 @@ async function init() {
   } catch (error) {
     $("#me").textContent = error.message;
   }
+  listAgents();
   $("#start-form").addEventListener("submit", startSession);
   $("#status-filter").addEventListener("change", filterChanged);
   $("#more").addEventListener("click", loadMore);

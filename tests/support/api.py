@@ -27,6 +27,7 @@ from devservers import processes
 from devservers.temporal_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+WORKER_AGENT = "worker"  # the tests' default agent (`worker_definitions`)
 TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789", "olga": "olga-token-0123456789"}
 
 
@@ -82,6 +83,7 @@ def api_env(address: str, task_queue: str, data_dir: Path, users_file: Path | No
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("AGENT_API_USERS", None)
+    env.setdefault("AGENT_DEFINITIONS", str(worker_definitions(data_dir)))
     if users_file is not None:
         env["AGENT_API_USERS"] = str(users_file)
     return env
@@ -159,19 +161,38 @@ async def collect_events(
     return found
 
 
+def worker_definitions(folder: Path) -> Path:
+    """The shipped definitions, with a `default_agent` that has every tool of the test
+    worker: a start at the service's doors without an agent runs it (without a default
+    agent such a start has no tools)."""
+    path = folder / "agents-worker.toml"
+    shipped = (ROOT / "agents.toml").read_text()
+    text = (
+        f'default_agent = "{WORKER_AGENT}"\n{shipped}\n'
+        f'[agents.{WORKER_AGENT}]\ndescription = "Every tool the test worker has"\n'
+    )
+    if not path.exists() or path.read_text() != text:  # whole, for a server reading it now
+        part = path.with_suffix(f".{uuid.uuid4().hex[:8]}")
+        part.write_text(text)
+        part.replace(path)
+    return path
+
+
 @asynccontextmanager
 async def serve_api(
     client: Client, address: str, fake_model: Any, data_dir: Path, folder: Path,
     args: tuple[str, ...] = (), env: dict[str, str] | None = None, interceptors: tuple[Any, ...] = (),
+    users_text: str | None = None,
 ) -> AsyncIterator[ApiProcess]:  # fmt: skip
     """A worker (with these `interceptors`) on a fresh task queue and `python api.py` (with
-    `args` and the variables in `env`) starting sessions on it, for alice, bob and olga (operator)."""
+    `args` and the variables in `env`) starting sessions on it, for alice, bob and olga
+    (operator), or the users of `users_text` (a users file)."""
     from tests.conftest import model_activities
     from tests.support.tools import TOOLS
     from worker import build_worker
 
     users = folder / "users.toml"
-    users.write_text(users_toml())
+    users.write_text(users_text or users_toml())
     queue = f"api-{uuid.uuid4().hex[:8]}"
     worker = build_worker(
         client,
