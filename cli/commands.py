@@ -94,16 +94,7 @@ def resolve_start(args: argparse.Namespace) -> SessionInput:
     from sessions import start_input
 
     goal = read_goal(args)
-    limits = {
-        "max_steps": args.max_steps,
-        "token_budget": args.token_budget,
-        "cost_budget_usd": args.cost_budget,
-        "timeout_seconds": args.timeout,
-        "max_tokens": args.max_tokens,
-        "context_tokens": args.context_tokens,
-        "model_timeout_seconds": args.model_timeout,
-        "approval_timeout_seconds": args.approval_timeout,
-    }
+    limits = start_input.limits_of(args)
     fields = {
         "user_id": args.user,
         "model": args.model,

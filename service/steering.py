@@ -90,9 +90,7 @@ async def session_input(
     `[ceilings]`; a cost budget no more than the user's `max_cost_budget`, which it gets
     when it sets none). A refusal is `InvalidInput`, one line. Without `store` the files
     are checked, not stored (`start_session` stores them once the start may go ahead)."""
-    limits = {"max_steps": body.max_steps, "token_budget": body.token_budget,
-              "cost_budget_usd": body.cost_budget, "timeout_seconds": body.timeout,
-              "approval_timeout_seconds": body.approval_timeout}  # fmt: skip
+    limits = start_input.limits_of(body)
     fields = {
         "user_id": user.name, "model": body.model, "fallback_models": body.fallback_models,
         "system": body.system, "chat": body.chat or None,

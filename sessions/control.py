@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import getpass
 import logging
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -400,9 +401,15 @@ async def act(client: Client, session_id: str, update: Callable[..., Any], *args
     """Run one of the session's control updates; `Rejected` (or `InvalidInput`) with the
     session's reason when it refuses, `SessionEnded` when it has ended."""
     h = handle(client, session_id)
+    # One id for every attempt: Temporal runs an update id once, so a retry after a transient
+    # answer (a workflow task that failed under load, a timeout) gets the first one's result.
+    update_id = uuid.uuid4().hex
     try:
-        # Any of the session's updates: the SDK's overloads type one update method at a time.
-        return await h.execute_update(update, *args)  # pyright: ignore[reportCallIssue, reportArgumentType]
+        return await reading.patiently(
+            # Any of the session's updates: the SDK's overloads type one update method at a time.
+            lambda: h.execute_update(update, *args, id=update_id),  # pyright: ignore[reportCallIssue, reportArgumentType, reportUnknownLambdaType]
+            f"session {session_id}",
+        )
     except WorkflowUpdateFailedError as err:
         cause = err.cause
         message = cause.message if isinstance(cause, ApplicationError) else str(cause or err)

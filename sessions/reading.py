@@ -268,6 +268,14 @@ _TRANSIENT = frozenset({
 })  # fmt: skip
 
 
+def _transient(err: RPCError) -> bool:
+    """Worth trying again: Temporal was slow or busy, or an update met a workflow task that
+    failed under load (Temporal then aborts the update; the same update id tried again runs
+    once, in the next task)."""
+    aborted = err.status == RPCStatusCode.FAILED_PRECONDITION and "workflow task failure" in err.message
+    return err.status in _TRANSIENT or aborted
+
+
 async def patiently(read: Callable[[], Awaitable[T]], what: str, *, within: float = READ_DEADLINE) -> T:
     """`read()`, tried again while Temporal is too slow to answer (a timeout, unavailable,
     overloaded), until `within` seconds have passed; then `Busy`, never the timeout itself."""
@@ -277,7 +285,7 @@ async def patiently(read: Callable[[], Awaitable[T]], what: str, *, within: floa
         try:
             return await asyncio.wait_for(read(), max(0.1, deadline - time.monotonic()))
         except RPCError as err:
-            if err.status not in _TRANSIENT:
+            if not _transient(err):
                 raise
             why = err.message or err.status.name
         except TimeoutError:

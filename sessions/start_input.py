@@ -70,6 +70,15 @@ LIMIT_FIELDS = {  # definition field -> Limits field
     "context_tokens": "context_tokens",
     "approval_timeout": "approval_timeout_seconds",
 }
+
+
+def limits_of(source: object) -> dict[str, Any]:
+    """The `Limits` fields a door's arguments set, read by their start names (`LIMIT_FIELDS`:
+    the command line's flags and the API's body use the definitions' names); a door that
+    has no such argument leaves it unset."""
+    return {field: getattr(source, name, None) for name, field in LIMIT_FIELDS.items()}
+
+
 # The cost-bearing limits a user may lower but not raise at the service's doors (start
 # name -> `Limits` field; `service/quotas.py`).
 CEILING_FIELDS = {
