@@ -11,12 +11,10 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import pytest_asyncio
 from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.helpers import get_artifact_text, get_data_parts
 from a2a.types.a2a_pb2 import (
@@ -39,11 +37,10 @@ from google.protobuf.json_format import ParseDict
 from temporalio.client import Client as TemporalClient
 from temporalio.service import RPCError
 
-from devservers import temporal_server
 from devservers.fakemodel import FakeModelServer
 from sessions import control
 from tests.conftest import answer, tool_use
-from tests.support.api import TOKENS, WORKER_AGENT, ApiProcess, serve_api, wait_for
+from tests.support.api import TOKENS, WORKER_AGENT, ApiProcess, module_api, wait_for
 from workflows.typed_output import FINAL_ANSWER
 
 EMAIL = {"to": "team@example.com", "subject": "hi", "body": "x"}
@@ -51,15 +48,7 @@ EDITED = {**EMAIL, "to": "boss@example.com"}
 pytestmark = pytest.mark.xdist_group("a2a-api")
 
 
-@pytest_asyncio.fixture(scope="module")
-async def api(
-    client: TemporalClient, dev_server: temporal_server.DevServer, fake_model: FakeModelServer, data_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> AsyncIterator[ApiProcess]:  # fmt: skip
-    async with serve_api(
-        client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("a2a-api")
-    ) as server:
-        yield server
+api = module_api("a2a-api")
 
 
 @asynccontextmanager

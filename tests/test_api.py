@@ -7,14 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 import pytest
-import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
@@ -29,8 +27,8 @@ from tests.support.api import (
     Sse,
     api_env,
     collect_events,
+    module_api,
     read_sse,
-    serve_api,
     start_api,
     wait_for,
 )  # fmt: skip
@@ -42,15 +40,7 @@ POLL_UPDATE = "__temporal_workflow_stream_poll"
 pytestmark = pytest.mark.xdist_group("api")
 
 
-@pytest_asyncio.fixture(scope="module")
-async def api(
-    client: Client, dev_server: temporal_server.DevServer, fake_model: FakeModelServer, data_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> AsyncIterator[ApiProcess]:  # fmt: skip
-    async with serve_api(
-        client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("api")
-    ) as server:
-        yield server
+api = module_api("api")
 
 
 def new_id() -> str:

@@ -7,20 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 import pytest
-import pytest_asyncio
-from temporalio.client import Client
 
-from devservers import temporal_server
 from devservers.fakemodel import FakeModelServer
 from infra.errors import SessionNotFound
 from tests.conftest import Harness, answer, tool_use
-from tests.support.api import ApiProcess, serve_api, wait_for
+from tests.support.api import ApiProcess, module_api, wait_for
 from tests.support.procs import effects_of, wait_for_status
 from tests.test_api import EMAIL, assert_error, start, wait_status
 from tests.test_watch import run_cli
@@ -28,15 +23,7 @@ from tests.test_watch import run_cli
 pytestmark = pytest.mark.xdist_group("api")
 
 
-@pytest_asyncio.fixture(scope="module")
-async def api(
-    client: Client, dev_server: temporal_server.DevServer, fake_model: FakeModelServer, data_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> AsyncIterator[ApiProcess]:  # fmt: skip
-    async with serve_api(
-        client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("api")
-    ) as server:
-        yield server
+api = module_api("api")
 
 
 def waiting_turns() -> list[dict[str, Any]]:

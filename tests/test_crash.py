@@ -452,7 +452,9 @@ async def test_kill_during_a_sleep_wakes_on_time_on_the_other_worker(procs: Proc
     first = await holder(handle, workers)
     second = next(w for w in workers if w is not first)
     first.kill()
-    after = await wait_for_status(handle, "sleeping")
+    # Read as `client.py status` reads it (from the history, no query): a query sent at once
+    # may wait on the dead worker's sticky queue past the sleep's end on a loaded machine.
+    after = await wait_for_status(handle, "sleeping", queried=False)
     assert after.wake_at == sleeping.wake_at
 
     result = await result_of(handle)

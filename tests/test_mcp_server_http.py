@@ -7,22 +7,18 @@ own sessions (an operator every session); no token, a wrong one or the page's co
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
-import pytest_asyncio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from temporalio.client import Client as TemporalClient
 from temporalio.service import RPCError
 
-from devservers import temporal_server
 from devservers.fakemodel import FakeModelServer
 from tests.conftest import answer, tool_use
-from tests.support.api import TOKENS, ApiProcess, serve_api
+from tests.support.api import TOKENS, ApiProcess, module_api
 from tests.test_mcp_server import (
     EMAIL,
     LEGACY,
@@ -40,15 +36,7 @@ from workflows.typed_output import FINAL_ANSWER
 pytestmark = pytest.mark.xdist_group("mcp-api")
 
 
-@pytest_asyncio.fixture(scope="module")
-async def api(
-    client: TemporalClient, dev_server: temporal_server.DevServer, fake_model: FakeModelServer, data_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> AsyncIterator[ApiProcess]:  # fmt: skip
-    async with serve_api(
-        client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("mcp-api")
-    ) as server:
-        yield server
+api = module_api("mcp-api")
 
 
 def over_http(api: ApiProcess, user: str, mode: str = MODERN, **kwargs: Any) -> Client:

@@ -12,21 +12,18 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 import pytest
-import pytest_asyncio
 from temporalio.client import Client
 
 from bench.economy import metrics_url, scrape
-from devservers import temporal_server
 from devservers.fakemodel import FakeModelServer
 from sessions import control, listing
 from tests.conftest import Harness, answer, model_activities, tool_use
-from tests.support.api import TOKENS, ApiProcess, serve_api, wait_for
+from tests.support.api import TOKENS, ApiProcess, module_api, wait_for
 from tests.support.reliability import record
 from tests.support.tools import TOOLS
 from tests.test_mcp_server import result
@@ -46,15 +43,7 @@ BILLED_READS = (
 )
 
 
-@pytest_asyncio.fixture(scope="module")
-async def api(
-    client: Client, dev_server: temporal_server.DevServer, fake_model: FakeModelServer, data_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> AsyncIterator[ApiProcess]:  # fmt: skip
-    async with serve_api(
-        client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("reads-api")
-    ) as server:
-        yield server
+api = module_api("reads-api")
 
 
 def cli_of(api: ApiProcess, client: Client, fake_model: FakeModelServer) -> Harness:

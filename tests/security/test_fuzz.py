@@ -10,16 +10,11 @@ import asyncio
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
-from temporalio.client import Client
 
-from devservers import temporal_server
-from devservers.fakemodel import FakeModelServer
-from tests.support.api import TOKENS, ApiProcess, serve_api
+from tests.support.api import TOKENS, ApiProcess, module_api
 from tests.support.reliability import record
 
 pytestmark = pytest.mark.xdist_group("security-fuzz")
@@ -29,15 +24,7 @@ AREA = "The HTTP API fuzzed from its OpenAPI schema (Schemathesis)"
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 
 
-@pytest_asyncio.fixture(scope="module")
-async def api(
-    client: Client, dev_server: temporal_server.DevServer, fake_model: FakeModelServer, data_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> AsyncIterator[ApiProcess]:  # fmt: skip
-    async with serve_api(
-        client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("fuzz")
-    ) as server:
-        yield server
+api = module_api("fuzz")
 
 
 async def fuzz(api: ApiProcess, examples: int, phases: str, tmp_path: Path) -> str:

@@ -11,21 +11,17 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 import pytest
-import pytest_asyncio
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 
-from devservers import temporal_server
 from devservers.fakemodel import FakeModelServer
 from sessions import control
 from tests.conftest import ROOT, answer
-from tests.support.api import ApiProcess, serve_api
+from tests.support.api import ApiProcess, module_api
 from tests.test_a2a import agent, message, send
 from tests.test_mcp_server import error_line
 from tests.test_mcp_server_http import over_http
@@ -39,15 +35,7 @@ RESERVED = ["nightly.sub-1", "nightly.notify-2", "nightly.fork-0a1b2c", "nightly
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
-@pytest_asyncio.fixture(scope="module")
-async def api(
-    client: Client, dev_server: temporal_server.DevServer, fake_model: FakeModelServer, data_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> AsyncIterator[ApiProcess]:  # fmt: skip
-    async with serve_api(
-        client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp("ownership")
-    ) as server:
-        yield server
+api = module_api("ownership")
 
 
 def new_id() -> str:

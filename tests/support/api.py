@@ -21,9 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
+import pytest
+import pytest_asyncio
 from temporalio.client import Client
 
-from devservers import processes
+from devservers import processes, temporal_server
+from devservers.fakemodel import FakeModelServer
 from devservers.temporal_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -220,3 +223,20 @@ async def wait_for(check, timeout: float = 30, what: str = "a condition", interv
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(interval)
+
+
+def module_api(name: str) -> Any:
+    """A module's `api` fixture: one `python api.py` (and its worker) for the module's tests,
+    which share it in one xdist process (`pytest.mark.xdist_group`)."""
+
+    @pytest_asyncio.fixture(scope="module")
+    async def api(
+        client: Client, dev_server: temporal_server.DevServer, fake_model: FakeModelServer, data_dir: Path,
+        tmp_path_factory: pytest.TempPathFactory,
+    ) -> AsyncIterator[ApiProcess]:  # fmt: skip
+        async with serve_api(
+            client, dev_server.address, fake_model, data_dir, tmp_path_factory.mktemp(name)
+        ) as server:
+            yield server
+
+    return api
