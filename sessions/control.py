@@ -37,6 +37,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from infra.errors import (
+    Busy,
     InvalidInput,
     NoWorker,
     Rejected,
@@ -139,11 +140,14 @@ async def check_id(client: Client, session_id: str) -> None:
 
 async def has_search_attributes(client: Client) -> bool:
     """Whether the namespace has every Agent* search attribute, with the right types."""
-    try:
-        response = await client.operator_service.list_search_attributes(
-            ListSearchAttributesRequest(namespace=client.namespace)
+    try:  # tried again while Temporal is slow, so a loaded server does not read as "none"
+        response = await reading.patiently(
+            lambda: client.operator_service.list_search_attributes(
+                ListSearchAttributesRequest(namespace=client.namespace)
+            ),
+            "Temporal's search attributes",
         )
-    except RPCError:
+    except (RPCError, Busy):
         return False
     kinds = {**response.custom_attributes}
     wanted = {key.name: key.indexed_value_type for key in search.ALL}

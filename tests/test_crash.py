@@ -461,7 +461,9 @@ async def test_kill_during_a_sleep_wakes_on_time_on_the_other_worker(procs: Proc
     assert result.status == "completed" and result.answer == "Checked."
     history = await handle.query("history", result_type=SessionHistory)
     [call] = history.tool_calls
-    assert call.status == "done" and call.output == "slept 8s"
+    # The model hears how long it slept: 8 s, or a second more when a loaded machine ran the
+    # task after the timer late (the wake time itself is checked below).
+    assert call.status == "done" and call.output in ("slept 8s", "slept 9s"), call.output
     assert sleeping.wake_at is not None and call.ended_at is not None
     late = (call.ended_at - sleeping.wake_at).total_seconds()
     assert 0 <= late < 2.5, late
